@@ -1,0 +1,7 @@
+"""susurrus: live speech-to-text with Whisper, incremental from the audio up."""
+
+from susurrus.api import WhisperModel, load_model
+from susurrus.types import Segment, TranscriptionInfo, Word
+
+__all__ = ["Segment", "TranscriptionInfo", "Word", "WhisperModel", "load_model"]
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+import sys
+
+from susurrus.transports.cli import main
+
+sys.exit(main())

@@ -1,0 +1,70 @@
+"""The Python API: ``model = susurrus.load_model("tiny.en")``; ``model.transcribe(...)``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import torch
+
+from susurrus.audio.io import decode_audio
+from susurrus.decoding.transcribe import TranscribeOptions, transcribe
+from susurrus.model.loading import LoadedModel, load_weights
+from susurrus.model.tokenizer import Tokenizer
+from susurrus.model.whisper import Whisper
+from susurrus.types import Segment, TranscriptionInfo
+
+AudioInput = str | os.PathLike | BinaryIO | bytes | np.ndarray
+
+
+class WhisperModel:
+    """A loaded Whisper checkpoint with its tokenizer, ready to transcribe."""
+
+    def __init__(self, loaded: LoadedModel, name: str):
+        self.loaded = loaded
+        self.name = name
+        self.net: Whisper = loaded.net
+        self.tokenizer = Tokenizer.from_file(loaded.tokenizer_path, self.net.is_multilingual)
+
+    @property
+    def is_multilingual(self) -> bool:
+        return self.net.is_multilingual
+
+    def __repr__(self) -> str:
+        d = self.net.dims
+        return (f"WhisperModel({self.name!r}, layers={d.n_audio_layer}+{d.n_text_layer}, "
+                f"width={d.n_audio_state}, multilingual={self.is_multilingual})")
+
+    def transcribe(self, audio: AudioInput, **options: Any) -> tuple[Iterator[Segment], TranscriptionInfo]:
+        """Transcribe a file path, file object, encoded bytes or 16 kHz samples.
+
+        Returns ``(segments, info)``: ``segments`` is a lazy iterator, so decoding happens as it
+        is consumed. Options are those of :class:`TranscribeOptions` (``language``, ``task``,
+        ``beam_size``, ``temperature``, ``word_timestamps``, ``without_timestamps``, ...).
+        """
+        known = {f.name for f in fields(TranscribeOptions)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(f"unknown transcribe option(s) {unknown}; known: {sorted(known)}")
+        opts = TranscribeOptions(**options)
+        if opts.task not in ("transcribe", "translate"):
+            raise ValueError(f"task must be 'transcribe' or 'translate', not {opts.task!r}")
+        if opts.language is not None and self.is_multilingual:
+            self.tokenizer.with_options(opts.language, opts.task)  # validates the language code
+        samples = decode_audio(audio)
+        return transcribe(self.net, self.tokenizer, samples, opts)
+
+
+def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None = None) -> WhisperModel:
+    """Load Whisper weights by embedded name (``tiny.en``, ``base``) or from a path: a
+    CTranslate2 directory or model.bin, a Hugging Face checkpoint directory (or a repo id
+    found in the local HF cache), or an OpenAI ``.pt`` file. Never downloads."""
+    if threads:
+        torch.set_num_threads(threads)
+    loaded = load_weights(name_or_path)
+    name = str(name_or_path) if not isinstance(name_or_path, Path) else name_or_path.name
+    return WhisperModel(loaded, name)

@@ -1,0 +1,1 @@
+"""Turning audio features into text: window decoding, long files, word timestamps."""

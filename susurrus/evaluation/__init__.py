@@ -1,0 +1,1 @@
+"""Scoring and data sets for benchmarks: manifests, text normalisation, WER/CER."""

@@ -1,0 +1,53 @@
+"""Word and character error rates after Whisper's text normalisation."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+
+@functools.lru_cache(maxsize=2)
+def _normalizer(language: str):
+    if language == "en":
+        from whisper_normalizer.english import EnglishTextNormalizer
+
+        return EnglishTextNormalizer()
+    from whisper_normalizer.basic import BasicTextNormalizer
+
+    return BasicTextNormalizer()
+
+
+def normalize(text: str, language: str = "en") -> str:
+    """Whisper's English normaliser for English, its basic normaliser otherwise."""
+    return _normalizer("en" if language == "en" else "other")(text)
+
+
+def edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:
+    """Levenshtein distance between two token sequences."""
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        cur = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
+        prev = cur
+    return prev[-1]
+
+
+def error_counts(ref: str, hyp: str, language: str = "en", unit: str = "word") -> tuple[int, int]:
+    """(errors, reference length) after normalisation; ``unit`` is "word" or "char"."""
+    r, h = normalize(ref, language), normalize(hyp, language)
+    if unit == "char":
+        rs, hs = list(r.replace(" ", "")), list(h.replace(" ", ""))
+    else:
+        rs, hs = r.split(), h.split()
+    return edit_distance(rs, hs), len(rs)
+
+
+def corpus_error_rate(pairs: Sequence[tuple[str, str]], language: str = "en", unit: str = "word") -> float:
+    """Pooled error rate in percent over (reference, hypothesis) pairs."""
+    errors = total = 0
+    for ref, hyp in pairs:
+        e, n = error_counts(ref, hyp, language, unit)
+        errors += e
+        total += n
+    return 100.0 * errors / max(1, total)

@@ -1,0 +1,1 @@
+"""Whisper: the network, its weights and its tokenizer."""

@@ -1,0 +1,313 @@
+"""Whisper as pure math over explicit cache objects.
+
+Encoder: conv stem (two conv1d + GELU, the second with stride 2), sinusoidal positions,
+pre-LN residual blocks. Decoder: token + learned positions, pre-LN blocks with causal self-
+attention and cross-attention to the audio, output tied to the token embedding.
+
+No module keeps state between calls. Every cache is a dataclass passed in and returned:
+
+* :class:`KV` holds one attention layer's keys and values, shape (batch, time, width).
+* :class:`EncoderCache` holds the encoder's per-layer keys/values of frames already encoded,
+  so a streaming encoder can append new frames that attend to the past without re-encoding
+  it (see :meth:`AudioEncoder.forward_frames`).
+* :class:`DecoderCache` holds the decoder's per-layer self-attention keys/values (grown one
+  token at a time) and the cross-attention keys/values projected once from the audio
+  features; :meth:`TextDecoder.cross_kv` computes those, and can extend them frame by frame.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_vocab: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+
+
+@dataclass
+class KV:
+    """Keys and values of one attention layer, each (batch, time, width)."""
+
+    k: Tensor
+    v: Tensor
+
+    @property
+    def length(self) -> int:
+        return self.k.shape[1]
+
+    def append(self, k: Tensor, v: Tensor) -> KV:
+        return KV(torch.cat([self.k, k], dim=1), torch.cat([self.v, v], dim=1))
+
+    def select(self, index: Tensor) -> KV:
+        return KV(self.k.index_select(0, index), self.v.index_select(0, index))
+
+    def narrow(self, start: int, length: int) -> KV:
+        return KV(self.k[:, start:start + length], self.v[:, start:start + length])
+
+
+@dataclass
+class EncoderCache:
+    """Per-layer keys/values of the encoder frames already encoded (streaming encoder)."""
+
+    layers: list[KV | None]
+
+    @classmethod
+    def empty(cls, n_layer: int) -> EncoderCache:
+        return cls([None] * n_layer)
+
+    @property
+    def length(self) -> int:
+        first = self.layers[0]
+        return 0 if first is None else first.length
+
+    def narrow(self, start: int, length: int) -> EncoderCache:
+        return EncoderCache([None if kv is None else kv.narrow(start, length) for kv in self.layers])
+
+
+@dataclass
+class DecoderCache:
+    """Decoder state for one batch of hypotheses.
+
+    ``cross`` is the per-layer cross-attention keys/values of the audio (computed once per
+    window and shared by all steps); ``self_kv`` the per-layer self-attention keys/values of
+    the tokens decoded so far (``None`` before the first call).
+    """
+
+    cross: list[KV]
+    self_kv: list[KV | None]
+
+    @property
+    def offset(self) -> int:
+        first = self.self_kv[0]
+        return 0 if first is None else first.length
+
+    def select(self, index: Tensor) -> DecoderCache:
+        """Reorder/duplicate hypotheses (beam search); cross keys are expanded lazily."""
+        cross = self.cross
+        if cross[0].k.shape[0] != 1:
+            cross = [kv.select(index) for kv in cross]
+        return DecoderCache(cross, [None if kv is None else kv.select(index) for kv in self.self_kv])
+
+    def rewind(self, length: int) -> DecoderCache:
+        """Drop self-attention keys/values past ``length`` tokens."""
+        return replace(self, self_kv=[None if kv is None or length == 0 else kv.narrow(0, length)
+                                      for kv in self.self_kv])
+
+
+class LayerNorm(nn.LayerNorm):
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x.float()).type(x.dtype)
+
+
+class Linear(nn.Linear):
+    def forward(self, x: Tensor) -> Tensor:
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, self.weight.to(x.dtype), bias)
+
+
+class Conv1d(nn.Conv1d):
+    def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        return super()._conv_forward(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))
+
+
+def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> Tensor:
+    """Whisper's fixed sinusoidal encoder positions, (length, channels)."""
+    increment = math.log(max_timescale) / (channels // 2 - 1)
+    inv = torch.exp(-increment * torch.arange(channels // 2, dtype=torch.float32))
+    angles = torch.arange(length, dtype=torch.float32)[:, None] * inv[None, :]
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, n_state: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.query = Linear(n_state, n_state)
+        self.key = Linear(n_state, n_state, bias=False)
+        self.value = Linear(n_state, n_state)
+        self.out = Linear(n_state, n_state)
+
+    def project_kv(self, x: Tensor) -> KV:
+        return KV(self.key(x), self.value(x))
+
+    def attend(self, q: Tensor, kv: KV, mask: Tensor | None = None,
+               need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Scaled dot-product attention; with ``need_weights`` also the (pre-softmax) scores."""
+        b, t, d = q.shape
+        h = self.n_head
+        qh = q.view(b, t, h, d // h).transpose(1, 2)
+        kh = kv.k.view(kv.k.shape[0], -1, h, d // h).transpose(1, 2)
+        vh = kv.v.view(kv.v.shape[0], -1, h, d // h).transpose(1, 2)
+        if not need_weights:
+            out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
+            return self.out(out.transpose(1, 2).reshape(b, t, d)), None
+        scores = (qh @ kh.transpose(-1, -2)) * (d // h) ** -0.5
+        if mask is not None:
+            scores = scores + mask
+        weights = scores.float().softmax(dim=-1).to(q.dtype)
+        out = (weights @ vh).transpose(1, 2).reshape(b, t, d)
+        return self.out(out), scores.detach()
+
+
+class ResidualAttentionBlock(nn.Module):
+    def __init__(self, n_state: int, n_head: int, cross_attention: bool = False):
+        super().__init__()
+        self.attn = MultiHeadAttention(n_state, n_head)
+        self.attn_ln = LayerNorm(n_state)
+        self.cross_attn = MultiHeadAttention(n_state, n_head) if cross_attention else None
+        self.cross_attn_ln = LayerNorm(n_state) if cross_attention else None
+        n_mlp = n_state * 4
+        self.mlp = nn.Sequential(Linear(n_state, n_mlp), nn.GELU(), Linear(n_mlp, n_state))
+        self.mlp_ln = LayerNorm(n_state)
+
+    def forward(self, x: Tensor, past: KV | None, mask: Tensor | None = None,
+                cross: KV | None = None, need_cross_weights: bool = False,
+                ) -> tuple[Tensor, KV, Tensor | None]:
+        """One block. Returns the output, this layer's self-attention keys/values including
+        the new positions, and (optionally) the cross-attention scores."""
+        h = self.attn_ln(x)
+        new = self.attn.project_kv(h)
+        kv = new if past is None else past.append(new.k, new.v)
+        y, _ = self.attn.attend(self.attn.query(h), kv, mask)
+        x = x + y
+        scores = None
+        if self.cross_attn is not None and cross is not None:
+            h = self.cross_attn_ln(x)
+            y, scores = self.cross_attn.attend(self.cross_attn.query(h), cross,
+                                               need_weights=need_cross_weights)
+            x = x + y
+        x = x + self.mlp(self.mlp_ln(x))
+        return x, kv, scores
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, n_mels: int, n_ctx: int, n_state: int, n_head: int, n_layer: int):
+        super().__init__()
+        self.conv1 = Conv1d(n_mels, n_state, kernel_size=3, padding=1)
+        self.conv2 = Conv1d(n_state, n_state, kernel_size=3, stride=2, padding=1)
+        self.register_buffer("positional_embedding", sinusoids(n_ctx, n_state))
+        self.blocks = nn.ModuleList(ResidualAttentionBlock(n_state, n_head) for _ in range(n_layer))
+        self.ln_post = LayerNorm(n_state)
+
+    def stem(self, mel: Tensor) -> Tensor:
+        """Conv stem: mel (batch, n_mels, 2T) -> frames (batch, T, n_state), before positions."""
+        x = F.gelu(self.conv1(mel))
+        x = F.gelu(self.conv2(x))
+        return x.permute(0, 2, 1)
+
+    def forward(self, mel: Tensor) -> Tensor:
+        """Full bidirectional encoding of a (batch, n_mels, 3000) window: (batch, 1500, width)."""
+        x = self.stem(mel)
+        x = x + self.positional_embedding[: x.shape[1]].to(x.dtype)
+        for block in self.blocks:
+            x, _, _ = block(x, None)
+        return self.ln_post(x)
+
+    def forward_frames(self, frames: Tensor, cache: EncoderCache, mask: Tensor | None = None,
+                       ) -> tuple[Tensor, EncoderCache]:
+        """Encode new stem frames (batch, T, width) that attend to ``cache`` (earlier frames)
+        and to each other under ``mask`` (T, cache.length + T). Positions continue from the
+        cache. Returns the new frames' outputs and the cache extended by them."""
+        start = cache.length
+        x = frames + self.positional_embedding[start:start + frames.shape[1]].to(frames.dtype)
+        layers: list[KV | None] = []
+        for block, past in zip(self.blocks, cache.layers):
+            x, kv, _ = block(x, past, mask)
+            layers.append(kv)
+        return self.ln_post(x), EncoderCache(layers)
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, n_vocab: int, n_ctx: int, n_state: int, n_head: int, n_layer: int):
+        super().__init__()
+        self.token_embedding = nn.Embedding(n_vocab, n_state)
+        self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
+        self.blocks = nn.ModuleList(
+            ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer))
+        self.ln = LayerNorm(n_state)
+
+    def cross_kv(self, audio_features: Tensor) -> list[KV]:
+        """Project audio features (batch, frames, width) to every layer's cross keys/values."""
+        return [block.cross_attn.project_kv(audio_features) for block in self.blocks]
+
+    def new_cache(self, audio_features: Tensor) -> DecoderCache:
+        return DecoderCache(self.cross_kv(audio_features), [None] * len(self.blocks))
+
+    def forward(self, tokens: Tensor, cache: DecoderCache, alignment_heads: Tensor | None = None,
+                ) -> tuple[Tensor, DecoderCache, Tensor | None]:
+        """Decode ``tokens`` (batch, T) after ``cache.offset`` cached tokens.
+
+        Returns logits (batch, T, vocab), the extended cache and, when ``alignment_heads``
+        (a bool (n_layer, n_head) mask) is given, the cross-attention scores of those heads
+        stacked as (batch, heads, T, frames).
+        """
+        offset = cache.offset
+        t = tokens.shape[1]
+        x = self.token_embedding(tokens) + self.positional_embedding[offset:offset + t]
+        x = x.to(cache.cross[0].k.dtype)
+        mask = None
+        if t > 1:
+            mask = torch.full((t, offset + t), float("-inf"), dtype=x.dtype).triu_(offset + 1)
+        self_kv: list[KV | None] = []
+        picked: list[Tensor] = []
+        for i, (block, past, cross) in enumerate(zip(self.blocks, cache.self_kv, cache.cross)):
+            heads = None if alignment_heads is None else alignment_heads[i]
+            need = heads is not None and bool(heads.any())
+            x, kv, scores = block(x, past, mask, cross, need_cross_weights=need)
+            self_kv.append(kv)
+            if need:
+                picked.append(scores[:, heads])
+        x = self.ln(x)
+        logits = (x @ self.token_embedding.weight.to(x.dtype).T).float()
+        qk = torch.cat(picked, dim=1) if picked else None
+        return logits, DecoderCache(cache.cross, self_kv), qk
+
+
+class Whisper(nn.Module):
+    def __init__(self, dims: ModelDims):
+        super().__init__()
+        self.dims = dims
+        self.encoder = AudioEncoder(dims.n_mels, dims.n_audio_ctx, dims.n_audio_state,
+                                    dims.n_audio_head, dims.n_audio_layer)
+        self.decoder = TextDecoder(dims.n_vocab, dims.n_text_ctx, dims.n_text_state,
+                                   dims.n_text_head, dims.n_text_layer)
+        heads = torch.zeros(dims.n_text_layer, dims.n_text_head, dtype=torch.bool)
+        heads[dims.n_text_layer // 2:] = True  # the reference's default: upper half of layers
+        self.register_buffer("alignment_heads", heads, persistent=False)
+
+    def set_alignment_heads(self, pairs: list[tuple[int, int]] | list[list[int]]) -> None:
+        heads = torch.zeros(self.dims.n_text_layer, self.dims.n_text_head, dtype=torch.bool)
+        for layer, head in pairs:
+            heads[int(layer), int(head)] = True
+        self.alignment_heads = heads
+
+    @property
+    def is_multilingual(self) -> bool:
+        return self.dims.n_vocab >= 51865
+
+    @property
+    def num_languages(self) -> int:
+        return self.dims.n_vocab - 51765 - int(self.is_multilingual)
+
+    def embed_audio(self, mel: Tensor) -> Tensor:
+        return self.encoder(mel)
+
+    def logits(self, tokens: Tensor, audio_features: Tensor) -> Tensor:
+        """Teacher-forced logits of ``tokens`` over ``audio_features`` (no cache kept)."""
+        out, _, _ = self.decoder(tokens, self.decoder.new_cache(audio_features))
+        return out

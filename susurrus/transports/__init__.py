@@ -1,0 +1,1 @@
+"""Ways results leave susurrus: file writers and streaming transports."""

@@ -1,0 +1,62 @@
+"""Shared fixtures: real speech from ../shared/data and real Whisper weights."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from susurrus.evaluation.data import read_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("SUSURRUS_DATA", REPO.parent / "shared" / "data"))
+
+torch.set_num_threads(int(os.environ.get("SUSURRUS_TEST_THREADS", "2")))
+
+
+def need_data(sub: str) -> Path:
+    path = DATA / sub / "manifest.jsonl"
+    if not path.exists():
+        pytest.skip(f"real speech data absent: {path} not found (set SUSURRUS_DATA or place "
+                    "../shared/data beside the checkout)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def dev_items():
+    return read_manifest(need_data("dev"))
+
+
+@pytest.fixture(scope="session")
+def longform_items():
+    return read_manifest(need_data("longform"))
+
+
+@pytest.fixture(scope="session")
+def dev_item(dev_items):
+    def get(item_id: str):
+        for item in dev_items:
+            if item.id == item_id:
+                return item
+        pytest.skip(f"dev item {item_id} not in the manifest")
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    import susurrus
+
+    return susurrus.load_model("tiny.en")
+
+
+@pytest.fixture(scope="session")
+def base():
+    import susurrus
+    from susurrus.model.loading import ModelNotFoundError
+
+    try:
+        return susurrus.load_model("base")
+    except ModelNotFoundError as err:
+        pytest.skip(f"multilingual base not installed: {err}")
