@@ -70,7 +70,8 @@ def mel_power(audio: np.ndarray | torch.Tensor, n_mels: int = 80, *, center: boo
 
     With ``center`` the signal is reflect-padded by N_FFT // 2 on both sides as Whisper does;
     ``pad_end`` zeros are appended first (Whisper's tools add one hop) and the last STFT frame
-    is dropped, so ``len(audio) / HOP_LENGTH`` frames come out.
+    is dropped, so ``len(audio) / HOP_LENGTH`` frames come out. Without ``center`` every
+    full 400-sample window gives a frame (the streaming front end pads by itself).
     """
     x = torch.as_tensor(np.asarray(audio, dtype=np.float32))
     if x.ndim != 1:
@@ -81,7 +82,9 @@ def mel_power(audio: np.ndarray | torch.Tensor, n_mels: int = 80, *, center: boo
         x = torch.nn.functional.pad(x, (0, N_FFT // 2 + 1 - x.numel()))
     spec = torch.stft(x, N_FFT, HOP_LENGTH, window=_window(), center=center,
                       pad_mode="reflect", return_complex=True)
-    power = spec[..., :-1].abs() ** 2
+    if center:
+        spec = spec[..., :-1]
+    power = spec.abs() ** 2
     mel = mel_filters(n_mels) @ power
     return torch.clamp(mel, min=1e-10).log10()
 

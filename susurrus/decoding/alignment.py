@@ -163,3 +163,92 @@ def clamp_long_words(alignment: list[WordTiming]) -> None:
             boundary = max(alignment[1].end / 2, alignment[1].end - max_duration)
             first.end = alignment[1].start = boundary
         first.start = max(0.0, first.end - max_duration)
+
+
+def speech_frames(mel: torch.Tensor, num_frames: int) -> np.ndarray:
+    """Per mel frame (10 ms), whether it carries more energy than the window's noise floor.
+
+    The threshold sits 15 % of the way from the floor (2nd percentile of frame energies) to
+    the loud frames (95th percentile), so it adapts to the recording's noise level."""
+    energy = mel[:, :num_frames].float().mean(dim=0).numpy()
+    if energy.size == 0:
+        return np.zeros(0, dtype=bool)
+    floor, loud = np.percentile(energy, 2), np.percentile(energy, 95)
+    if loud - floor < 0.1:  # no contrast: all speech or all silence; do not refine
+        return np.ones_like(energy, dtype=bool)
+    return energy > floor + 0.15 * (loud - floor)
+
+
+def refine_with_energy(alignment: list[WordTiming], speech: np.ndarray, min_pause: int = 8,
+                       max_stray: int = 12) -> None:
+    """Fix the two ways attention-based word times go wrong at pauses.
+
+    * A word that lies mostly in silence, with unclaimed speech between it and the previous
+      word, is moved onto that speech (the attention placed it after its sound).
+    * A word that starts (ends) with a pause of at least ``min_pause`` frames, before which
+      (after which) lie at most ``max_stray`` frames of sound (the neighbour's tail), has the
+      pause trimmed off: the first word after a pause tends to absorb it.
+    Times are in seconds from the window start; ``speech`` is per 10 ms frame."""
+    fps = 100
+    n = len(speech)
+    if n == 0 or speech.all():
+        return
+    prev_end = 0.0
+    for w in alignment:
+        if not w.word:
+            continue
+        a, b = int(round(w.start * fps)), int(round(w.end * fps))
+        a, b = min(max(a, 0), n), min(max(b, 0), n)
+        span = speech[a:b]
+        mostly_silent = span.size == 0 or span.mean() < 0.4
+        gap_a = int(round(prev_end * fps))
+        if mostly_silent and a - gap_a >= 5:
+            gap = speech[gap_a:a]
+            voiced_runs = _runs(gap)
+            if voiced_runs and voiced_runs[-1][1] - voiced_runs[-1][0] >= 5:
+                onset, offset = gap_a + voiced_runs[-1][0], gap_a + voiced_runs[-1][1]
+                w.start, w.end = onset / fps, offset / fps
+                a, b = onset, offset
+        # trim a leading or trailing pause (with at most a few frames of sound beyond it)
+        span = speech[a:b]
+        silent_runs = _runs(~span)
+        for lo, hi in silent_runs:
+            before, after = span[:lo].sum(), span[hi:].sum()
+            if hi - lo >= min_pause and before <= max_stray and before < after:
+                w.start = (a + hi - 2) / fps
+                break
+        for lo, hi in reversed(silent_runs):
+            before, after = span[:lo].sum(), span[hi:].sum()
+            if hi - lo >= min_pause and after <= max_stray and after < before:
+                w.end = (a + lo + 3) / fps
+                break
+        w.start, w.end = float(w.start), float(max(w.end, w.start))
+        prev_end = w.end
+    _snap_to_speech_runs([w for w in alignment if w.word], speech, fps)
+
+
+def _snap_to_speech_runs(words: list[WordTiming], speech: np.ndarray, fps: int, max_shift: int = 50) -> None:
+    """After a pause, attention marks a word's start late (and before one, its end early):
+    extend a word edge that lies inside a speech run to that run's edge, when no neighbouring
+    word claims the frames in between."""
+    runs = _runs(speech)
+    if not runs:
+        return
+    onsets = np.array([lo for lo, _ in runs])
+    offsets = np.array([hi for _, hi in runs])
+    for k, w in enumerate(words):
+        a, b = int(round(w.start * fps)), int(round(w.end * fps))
+        prev_end = int(round(words[k - 1].end * fps)) if k else 0
+        next_start = int(round(words[k + 1].start * fps)) if k + 1 < len(words) else len(speech)
+        r = np.searchsorted(onsets, a, side="right") - 1  # the run containing frame a
+        if r >= 0 and offsets[r] > a and prev_end <= onsets[r] < a and a - onsets[r] <= max_shift:
+            w.start = float(onsets[r] / fps)
+        r = np.searchsorted(onsets, b - 1, side="right") - 1
+        if r >= 0 and offsets[r] > b - 1 and b < offsets[r] <= next_start and offsets[r] - b <= max_shift:
+            w.end = float(offsets[r] / fps)
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) index ranges of the True runs of a boolean array."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return [(int(lo), int(hi)) for lo, hi in zip(edges[::2], edges[1::2])]

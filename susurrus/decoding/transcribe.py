@@ -22,7 +22,13 @@ from susurrus.audio.features import (
     log_mel_spectrogram,
     pad_or_trim,
 )
-from susurrus.decoding.alignment import clamp_long_words, find_alignment, merge_punctuations
+from susurrus.decoding.alignment import (
+    clamp_long_words,
+    find_alignment,
+    merge_punctuations,
+    refine_with_energy,
+    speech_frames,
+)
 from susurrus.decoding.decode import (
     DecodingOptions,
     DecodingResult,
@@ -171,7 +177,7 @@ def _segments(net: Whisper, tokenizer: Tokenizer, mel: torch.Tensor, content_fra
         words_per_piece: list[list[Word] | None] = [None] * len(pieces)
         if opts.word_timestamps:
             words_per_piece = _piece_words(net, tokenizer, features, pieces, previous_seek,
-                                           segment_size)
+                                           segment_size, mel[:, previous_seek:previous_seek + segment_size])
             if not (len(result.tokens) >= 2 and result.tokens[-2] < tokenizer.timestamp_begin
                     <= result.tokens[-1]):
                 last_end = next((w[-1].end for w in reversed(words_per_piece) if w), None)
@@ -196,13 +202,14 @@ def _segments(net: Whisper, tokenizer: Tokenizer, mel: torch.Tensor, content_fra
 
 def _piece_words(net: Whisper, tokenizer: Tokenizer, features: torch.Tensor,
                  pieces: list[tuple[float, float, list[int]]], seek: int,
-                 segment_size: int) -> list[list[Word] | None]:
+                 segment_size: int, window_mel: torch.Tensor) -> list[list[Word] | None]:
     """Align all the window's text at once, then hand each piece its words."""
     text_per_piece = [[t for t in toks if t < tokenizer.eot] for _, _, toks in pieces]
     flat = [t for toks in text_per_piece for t in toks]
     timings = find_alignment(net, tokenizer, flat, features, segment_size)
     merge_punctuations(timings)
     clamp_long_words(timings)
+    refine_with_energy(timings, speech_frames(window_mel, segment_size))
     offset = seek / FRAMES_PER_SECOND
     out: list[list[Word] | None] = []
     cursor = 0

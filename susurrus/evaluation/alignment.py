@@ -8,8 +8,10 @@ from susurrus.evaluation.metrics import normalize
 from susurrus.types import Word
 
 
-def align_words(ref: Sequence[str], hyp: Sequence[str]) -> list[tuple[int, int]]:
-    """Pairs (ref index, hyp index) of equal words on a minimum-edit alignment."""
+def align_words(ref: Sequence[str], hyp: Sequence[str], substitutions: bool = False,
+                ) -> list[tuple[int, int]]:
+    """Pairs (ref index, hyp index) on a minimum-edit alignment: equal words, and with
+    ``substitutions`` also the words the alignment substitutes for each other."""
     n, m = len(ref), len(hyp)
     cost = [[0] * (m + 1) for _ in range(n + 1)]
     for i in range(n + 1):
@@ -24,7 +26,7 @@ def align_words(ref: Sequence[str], hyp: Sequence[str]) -> list[tuple[int, int]]
     i, j = n, m
     while i > 0 and j > 0:
         if cost[i][j] == cost[i - 1][j - 1] + (ref[i - 1] != hyp[j - 1]):
-            if ref[i - 1] == hyp[j - 1]:
+            if substitutions or ref[i - 1] == hyp[j - 1]:
                 pairs.append((i - 1, j - 1))
             i, j = i - 1, j - 1
         elif cost[i][j] == cost[i - 1][j] + 1:
@@ -47,7 +49,8 @@ def normalized_words(words: Sequence[Word]) -> tuple[list[str], list[int]]:
 def boundary_errors(segments: Sequence[dict], words: Sequence[Word],
                     ) -> list[tuple[float, float] | None]:
     """Per reference utterance: (first word start - segment start, last word end - segment end),
-    or None where its first or last normalised word has no match in the hypothesis."""
+    where first/last are the earliest/latest hypothesis words aligned to the utterance's words
+    (equal or substituted: this measures timing, not recognition); None if none is aligned."""
     ref_tokens: list[str] = []
     ref_owner: list[int] = []
     for k, seg in enumerate(segments):
@@ -55,13 +58,13 @@ def boundary_errors(segments: Sequence[dict], words: Sequence[Word],
             ref_tokens.append(t)
             ref_owner.append(k)
     hyp_tokens, hyp_owner = normalized_words(words)
-    match = dict(align_words(ref_tokens, hyp_tokens))
-    out = []
+    match = dict(align_words(ref_tokens, hyp_tokens, substitutions=True))
+    out: list[tuple[float, float] | None] = []
     for k, seg in enumerate(segments):
-        idx = [i for i, o in enumerate(ref_owner) if o == k]
-        if not idx or idx[0] not in match or idx[-1] not in match:
+        hyp_idx = [match[i] for i, o in enumerate(ref_owner) if o == k and i in match]
+        if not hyp_idx:
             out.append(None)
             continue
-        first, last = words[hyp_owner[match[idx[0]]]], words[hyp_owner[match[idx[-1]]]]
+        first, last = words[hyp_owner[min(hyp_idx)]], words[hyp_owner[max(hyp_idx)]]
         out.append((first.start - seg["start_s"], last.end - seg["end_s"]))
     return out

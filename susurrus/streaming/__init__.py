@@ -1,0 +1,1 @@
+"""Streaming: incremental front end and encoder, streaming decoder and commit policy."""

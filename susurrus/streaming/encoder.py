@@ -1,0 +1,102 @@
+"""Incremental block-causal encoder over a running key/value cache.
+
+Audio frames are encoded once. At each step the frames that became available are encoded
+together (they attend to each other and to the cached keys/values of all earlier frames);
+the last ``lookahead`` of them stay *provisional*: their outputs are used, but their keys and
+values are not cached, and they are recomputed at the next step with more future in view.
+The conv stem is computed exactly for the new frames from a 2-frame mel margin, so the frames
+equal those of the full stem. With unlimited look-ahead the result is the full encoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from susurrus.audio.features import DYNAMIC_RANGE
+from susurrus.model.whisper import KV, EncoderCache, Whisper
+
+
+@dataclass
+class EncoderState:
+    """Finalised frames' per-layer keys/values and outputs; outputs of provisional frames."""
+
+    cache: EncoderCache
+    final_out: torch.Tensor  # (1, finalised, width): outputs of frames no longer recomputed
+    provisional_out: torch.Tensor  # (1, k, width): outputs of frames recomputed next step
+
+    @classmethod
+    def empty(cls, net: Whisper) -> EncoderState:
+        width = net.dims.n_audio_state
+        return cls(EncoderCache.empty(net.dims.n_audio_layer), torch.zeros(1, 0, width),
+                   torch.zeros(1, 0, width))
+
+    @property
+    def finalized(self) -> int:
+        return self.final_out.shape[1]
+
+    @property
+    def frames(self) -> int:
+        return self.final_out.shape[1] + self.provisional_out.shape[1]
+
+    def outputs(self) -> torch.Tensor:
+        return torch.cat([self.final_out, self.provisional_out], dim=1)
+
+
+def normalize_frames(log_mel: torch.Tensor, running_max: float) -> torch.Tensor:
+    """Whisper's clamp and scaling, with a running (causal) maximum."""
+    return (torch.clamp(log_mel, min=running_max - DYNAMIC_RANGE) + 4.0) / 4.0
+
+
+def ready_frames(n_mel: int, final: bool) -> int:
+    """Encoder frames computable from ``n_mel`` mel frames: frame j needs mel 2j-2 .. 2j+2;
+    at the end of the stream the stem's zero padding supplies the missing right context."""
+    if final:
+        return (n_mel + 1) // 2
+    return max(0, (n_mel - 1) // 2)
+
+
+def stem_frames(net: Whisper, mel: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+    """Stem outputs (1, j1 - j0, width) of encoder frames [j0, j1) from normalised mel
+    (n_mels, M), equal to the full stem's: conv1 outputs 2 j0 - 1 .. 2 j1 - 1 are computed
+    from mel 2 j0 - 2 .. 2 j1, with zeros where the full stem pads."""
+    enc = net.encoder
+    n = mel.shape[1]
+    lo, hi = 2 * j0 - 1, 2 * j1 - 1  # conv1 outputs needed (inclusive)
+    first, last = max(lo, 0), min(hi, n - 1)  # those that exist; conv2 pads the rest with 0
+    m_lo, m_hi = first - 1, last + 2  # mel frames needed [m_lo, m_hi); conv1 pads with 0
+    piece = mel[:, max(m_lo, 0): min(m_hi, n)]
+    piece = F.pad(piece, (max(0, -m_lo), max(0, m_hi - n)))[None]
+    c1 = F.gelu(F.conv1d(piece, enc.conv1.weight, enc.conv1.bias))
+    c1 = F.pad(c1, (first - lo, hi - last))
+    c2 = F.gelu(F.conv1d(c1, enc.conv2.weight, enc.conv2.bias, stride=2))
+    return c2.permute(0, 2, 1)
+
+
+@torch.inference_mode()
+def encode_step(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead: int | None,
+                final: bool = False) -> EncoderState:
+    """Encode the frames of normalised ``mel`` (n_mels, M) not yet final.
+
+    ``lookahead`` is the number of trailing frames kept provisional (``None``: all of them
+    until ``final``). Returns the new state; nothing in ``state`` is modified."""
+    available = min(ready_frames(mel.shape[1], final), net.dims.n_audio_ctx)
+    start = state.finalized
+    if available <= start:
+        return state
+    frames = stem_frames(net, mel, start, available)
+    out, cache = net.encoder.forward_frames(frames, state.cache)
+    if final:
+        keep = available - start
+    elif lookahead is None:
+        keep = 0
+    else:
+        keep = max(0, available - start - lookahead)
+    total = start + keep  # frames whose keys/values are cached from now on
+    layers: list[KV | None] = [None if kv is None or total == 0 else kv.narrow(0, total)
+                               for kv in cache.layers]
+    return EncoderState(EncoderCache(layers),
+                        torch.cat([state.final_out, out[:, :keep]], dim=1),
+                        out[:, keep:])

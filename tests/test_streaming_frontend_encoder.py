@@ -1,0 +1,89 @@
+"""The incremental front end and encoder equal their offline counterparts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from susurrus.audio.features import log_mel_spectrogram, mel_power
+from susurrus.audio.io import decode_audio
+from susurrus.streaming.encoder import EncoderState, encode_step, normalize_frames, stem_frames
+from susurrus.streaming.frontend import MelState, push_audio
+
+
+@pytest.fixture(scope="module")
+def audio(dev_item):
+    return decode_audio(dev_item("ljspeech_LJ001-0001").audio)
+
+
+def _stream_mel(audio: np.ndarray, sizes: list[int]) -> tuple[list[torch.Tensor], MelState]:
+    state, out, i, k = MelState(), [], 0, 0
+    while i < len(audio):
+        n = sizes[k % len(sizes)]
+        out.append(push_audio(state, audio[i:i + n]))
+        i, k = i + n, k + 1
+    out.append(push_audio(state, np.zeros(0, np.float32), final=True))
+    return out, state
+
+
+@pytest.mark.parametrize("sizes", [[1], [160], [5120], [37, 4001, 999, 16000]])
+def test_incremental_mel_equals_offline(audio, sizes):
+    clip = audio[: 16000 * 2] if sizes == [1] else audio
+    pieces, state = _stream_mel(clip, sizes)
+    ref = mel_power(clip)[:, : len(clip) // 160]
+    streamed = torch.cat(pieces, dim=1)
+    assert streamed.shape == ref.shape
+    assert (streamed - ref).abs().max() < 1e-4
+    assert len(state.tail) < 2000  # only a few hundred samples of context are kept
+
+
+def _full_encoder(net, mel: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        x = net.encoder.stem(mel[None])
+        frames = x + net.encoder.positional_embedding[: x.shape[1]]
+        for block in net.encoder.blocks:
+            frames, _, _ = block(frames, None)
+        return net.encoder.ln_post(frames)
+
+
+def test_stem_of_any_frame_range_equals_full_stem(tiny, audio):
+    mel = log_mel_spectrogram(audio)[:, :901]  # odd frame count: the stem pads at the end
+    with torch.inference_mode():
+        ref = tiny.net.encoder.stem(mel[None])
+        for j0, j1 in [(0, 1), (0, 17), (3, 40), (200, ref.shape[1]), (0, ref.shape[1])]:
+            assert torch.allclose(stem_frames(tiny.net, mel, j0, j1), ref[:, j0:j1], atol=1e-4)
+
+
+def _run_stream(net, audio, chunk: int, lookahead: int | None) -> tuple[EncoderState, list[int]]:
+    mel_state, state, mels, cached = MelState(), EncoderState.empty(net), [], []
+    for i in range(0, len(audio), chunk):
+        mels.append(push_audio(mel_state, audio[i:i + chunk]))
+        mel = normalize_frames(torch.cat(mels, 1), mel_state.running_max)
+        state = encode_step(net, state, mel, lookahead)
+        cached.append(state.cache.length)
+    mels.append(push_audio(mel_state, np.zeros(0, np.float32), final=True))
+    mel = normalize_frames(torch.cat(mels, 1), mel_state.running_max)
+    return encode_step(net, state, mel, lookahead, final=True), cached
+
+
+def test_incremental_encoder_with_unlimited_lookahead_equals_full_encoder(tiny, audio):
+    clip = audio[: 16000 * 6]
+    state, cached = _run_stream(tiny.net, clip, 5120, None)
+    ref = _full_encoder(tiny.net, log_mel_spectrogram(clip)[:, : len(clip) // 160])
+    assert state.outputs().shape == ref.shape
+    assert (state.outputs() - ref).abs().max() < 1e-3
+    assert set(cached) == {0}  # nothing was final before the end
+
+
+def test_incremental_encoder_caches_the_past_and_stays_close(tiny, audio):
+    """With a finite look-ahead frames are finalised as audio arrives (the cache grows and
+    only new frames are computed), and outputs stay close to the full encoder's."""
+    clip = audio[: 16000 * 6]
+    state, cached = _run_stream(tiny.net, clip, 5120, lookahead=10)
+    assert cached == sorted(cached) and cached[-1] > 0 and len(set(cached)) > 3
+    ref = _full_encoder(tiny.net, log_mel_spectrogram(clip)[:, : len(clip) // 160])
+    out = state.outputs()
+    assert out.shape == ref.shape
+    cos = torch.nn.functional.cosine_similarity(out[0], ref[0], dim=-1)
+    assert cos.mean() > 0.8
