@@ -16,6 +16,7 @@ from susurrus.decoding.transcribe import TranscribeOptions, transcribe
 from susurrus.model.loading import LoadedModel, load_weights
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import Whisper
+from susurrus.streaming.session import StreamSession, stream_config
 from susurrus.types import Segment, TranscriptionInfo
 
 AudioInput = str | os.PathLike | BinaryIO | bytes | np.ndarray
@@ -57,6 +58,24 @@ class WhisperModel:
             self.tokenizer.with_options(opts.language, opts.task)  # validates the language code
         samples = decode_audio(audio)
         return transcribe(self.net, self.tokenizer, samples, opts)
+
+
+    def stream(self, latency: str | None = None, *, chunk_ms: int | None = None,
+               lookahead_ms: int | None = None, commit_margin_ms: int | None = None,
+               policy: str | None = None, language: str | None = None, task: str | None = None,
+               **settings: Any) -> StreamSession:
+        """Open a live stream: ``events = stream.feed(pcm)`` as audio arrives (16 kHz mono,
+        float32 or int16), ``stream.finish()`` at the end. Events are
+        :class:`~susurrus.streaming.session.Interim` (the current guess, replaced by the next)
+        and :class:`~susurrus.streaming.session.Committed` (final words with start, end and
+        ``emitted_at``). ``latency`` picks a preset (low, medium, high); explicit settings
+        override it."""
+        if language is not None and self.is_multilingual:
+            self.tokenizer.with_options(language, task or "transcribe")
+        config = stream_config(latency, chunk_ms=chunk_ms, lookahead_ms=lookahead_ms,
+                               commit_margin_ms=commit_margin_ms, policy=policy, language=language,
+                               task=task, **settings)
+        return StreamSession(self.net, self.tokenizer, config)
 
 
 def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None = None) -> WhisperModel:

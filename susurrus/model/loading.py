@@ -57,6 +57,7 @@ def _build(dims: ModelDims, state: dict[str, torch.Tensor], heads, tokenizer_pat
     if heads:
         net.set_alignment_heads(heads)
     net.eval().requires_grad_(False)
+    net.decoder.freeze()
     return LoadedModel(net, tokenizer_path, [tuple(map(int, h)) for h in heads] if heads else None,
                        source)
 

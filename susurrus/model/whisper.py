@@ -240,6 +240,13 @@ class TextDecoder(nn.Module):
         self.blocks = nn.ModuleList(
             ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer))
         self.ln = LayerNorm(n_state)
+        # (width, vocab) copy of the tied output weight, set by ``freeze``: a row-vector times a
+        # contiguous (width, vocab) matrix runs ~2.5x faster on CPU than against its transpose
+        self.register_buffer("output_t", None, persistent=False)
+
+    def freeze(self) -> None:
+        """Call after loading weights for inference: caches the transposed output weight."""
+        self.output_t = self.token_embedding.weight.detach().T.contiguous()
 
     def cross_kv(self, audio_features: Tensor) -> list[KV]:
         """Project audio features (batch, frames, width) to every layer's cross keys/values."""
@@ -249,12 +256,13 @@ class TextDecoder(nn.Module):
         return DecoderCache(self.cross_kv(audio_features), [None] * len(self.blocks))
 
     def forward(self, tokens: Tensor, cache: DecoderCache, alignment_heads: Tensor | None = None,
-                ) -> tuple[Tensor, DecoderCache, Tensor | None]:
+                last_only: bool = False) -> tuple[Tensor, DecoderCache, Tensor | None]:
         """Decode ``tokens`` (batch, T) after ``cache.offset`` cached tokens.
 
         Returns logits (batch, T, vocab), the extended cache and, when ``alignment_heads``
         (a bool (n_layer, n_head) mask) is given, the cross-attention scores of those heads
-        stacked as (batch, heads, T, frames).
+        stacked as (batch, heads, T, frames). ``last_only`` projects only the last position to
+        the vocabulary (logits (batch, 1, vocab)), which is all a forced prefix needs.
         """
         offset = cache.offset
         t = tokens.shape[1]
@@ -272,8 +280,9 @@ class TextDecoder(nn.Module):
             self_kv.append(kv)
             if need:
                 picked.append(scores[:, heads])
-        x = self.ln(x)
-        logits = (x @ self.token_embedding.weight.to(x.dtype).T).float()
+        x = self.ln(x[:, -1:] if last_only else x)
+        weight_t = self.output_t if self.output_t is not None else self.token_embedding.weight.T
+        logits = (x @ weight_t.to(x.dtype)).float()
         qk = torch.cat(picked, dim=1) if picked else None
         return logits, DecoderCache(cache.cross, self_kv), qk
 

@@ -63,6 +63,159 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
     return status
 
 
+def _read_stdin_pcm(fmt: str, chunk_samples: int):
+    """Raw PCM from standard input, yielded as float32 blocks of at most ``chunk_samples``."""
+    import numpy as np
+
+    width = 2 if fmt == "s16le" else 4
+    dtype = np.int16 if fmt == "s16le" else np.float32
+    carry = b""
+    while True:
+        data = sys.stdin.buffer.read(chunk_samples * width)
+        if not data:
+            break
+        data = carry + data
+        usable = len(data) - len(data) % width
+        carry = data[usable:]
+        block = np.frombuffer(data[:usable], dtype=dtype)
+        yield block.astype(np.float32) / 32768.0 if fmt == "s16le" else block.astype(np.float32)
+
+
+class LiveDisplay:
+    """Committed text plain, interim text dimmed, on one rewritten terminal line (or, when
+    the output is not a terminal, committed words printed as they come)."""
+
+    DIM, RESET = "\x1b[2m", "\x1b[0m"
+
+    def __init__(self, stream, enabled: bool):
+        self.out = stream
+        self.enabled = enabled
+        self.tty = stream.isatty()
+        self.line = ""
+
+    def update(self, committed: str, interim: str) -> None:
+        if not self.enabled:
+            return
+        if not self.tty:
+            if committed:
+                self.out.write(committed)
+                self.out.flush()
+            return
+        self.line += committed
+        import shutil
+
+        width = shutil.get_terminal_size((100, 20)).columns - 1
+        shown = (self.line + interim)[-width:]
+        plain = max(0, len(shown) - len(interim))
+        self.out.write("\r\x1b[K" + shown[:plain] + self.DIM + shown[plain:] + self.RESET)
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.out.write("\n")
+            self.out.flush()
+
+
+def _cmd_stream(args: argparse.Namespace) -> int:
+    import time
+
+    import numpy as np
+
+    import susurrus
+    from susurrus.audio.io import decode_audio
+    from susurrus.streaming.output import write_stream_result
+    from susurrus.streaming.session import Committed, Interim
+
+    model = susurrus.load_model(args.model, threads=args.threads)
+    stream = model.stream(args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
+                          commit_margin_ms=args.commit_margin_ms, policy=args.policy,
+                          language=args.language, task=args.task)
+    block = stream.config.chunk_ms * 16
+    if args.input == "-":
+        blocks = _read_stdin_pcm(args.pcm_format, block)
+        name = "stdin"
+    else:
+        audio = decode_audio(args.input)
+        blocks = (audio[i:i + block] for i in range(0, len(audio), block))
+        name = Path(args.input).stem
+    display = LiveDisplay(sys.stdout, not args.quiet)
+    started = time.perf_counter()
+    interim = ""
+
+    def show(events) -> None:
+        nonlocal interim
+        committed = ""
+        for event in events:
+            if isinstance(event, Committed):
+                committed += event.text
+            elif isinstance(event, Interim):
+                interim = event.text
+        display.update(committed, interim)
+
+    for piece in blocks:
+        if args.realtime:  # pace the input at speaking speed
+            ahead = stream.audio_time - (time.perf_counter() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+        show(stream.feed(np.asarray(piece, dtype=np.float32)))
+    interim = ""
+    show(stream.finish())
+    display.close()
+    if args.output_format:
+        target = Path(args.output_dir) / f"{name}.{args.output_format}"
+        write_stream_result(args.output_format, stream.words, stream.audio_time, target)
+        print(f"wrote {target}", file=sys.stderr)
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import torch
+
+    import susurrus
+    from susurrus.evaluation import bench
+    from susurrus.evaluation.data import read_manifest
+    from susurrus.streaming.session import stream_config
+
+    torch.set_num_threads(args.threads or 1)
+    model = susurrus.load_model(args.model)
+    items = [i for i in read_manifest(args.manifest) if i.language == args.language]
+    if args.exclude_approximate:
+        items = [i for i in items if not i.approximate]
+    items = items[: args.limit] if args.limit else items
+    if not items:
+        print(f"susurrus: no {args.language} items in {args.manifest}", file=sys.stderr)
+        return 2
+    if args.sweep:
+        configs = [stream_config(p) for p in ("low", "medium", "high")]
+    else:
+        configs = [stream_config(args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
+                                 commit_margin_ms=args.commit_margin_ms, policy=args.policy)]
+    results = bench.run(model, items, configs)
+    audio = results[0].audio_s
+    print(f"\n{args.model}, {len(items)} {args.language} items, {audio:.1f} s of audio, "
+          f"{torch.get_num_threads()} thread(s); one padded 30 s encode: {results[0].full_encode_s * 1000:.0f} ms\n")
+    print(bench.HEADER)
+    for r in results:
+        print(r.row())
+    if args.plot:
+        bench.plot(results, args.plot)
+        print(f"\nwrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _add_stream_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--latency", choices=["low", "medium", "high"], default="medium",
+                   help="preset trading latency for accuracy (default: %(default)s); the explicit "
+                        "settings below override it")
+    p.add_argument("--chunk-ms", type=int, default=None, help="audio per step (ms)")
+    p.add_argument("--lookahead-ms", type=int, default=None,
+                   help="encoder look-ahead: trailing audio (ms) recomputed at the next step")
+    p.add_argument("--commit-margin-ms", type=int, default=None,
+                   help="commit words the model reads at least this far (ms) before the audio edge")
+    p.add_argument("--policy", choices=["alignatt", "agreement"], default=None,
+                   help="commit policy: alignment-guided (default) or agreement of two steps")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="susurrus",
@@ -97,6 +250,41 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--progress", action="store_true", help="show the progress bar even when "
                                                            "stderr is not a terminal")
     t.set_defaults(func=_cmd_transcribe)
+
+    s = sub.add_parser("stream", help="transcribe live: audio streams in, text streams out",
+                       description="Stream a file (or raw PCM on stdin with '-') through the "
+                                   "incremental engine. Committed text is printed plain, the "
+                                   "interim guess dimmed; committed text never changes.")
+    s.add_argument("input", metavar="FILE|-", help="an audio file, or - for raw PCM on stdin")
+    _add_model_args(s)
+    _add_stream_args(s)
+    s.add_argument("--language", default=None, help="language code (multilingual models)")
+    s.add_argument("--task", choices=["transcribe", "translate"], default=None)
+    s.add_argument("--pcm-format", choices=["s16le", "f32le"], default="s16le",
+                   help="stdin sample format, 16 kHz mono (default: %(default)s)")
+    s.add_argument("--realtime", action="store_true",
+                   help="pace the input at speaking speed (default: as fast as possible)")
+    s.add_argument("--output-format", "-f", choices=[*sorted(WRITERS)], default=None,
+                   help="also write the result (json carries every word's start, end, emitted_at)")
+    s.add_argument("--output-dir", "-o", default=".", help="where to write (default: current dir)")
+    s.add_argument("--quiet", action="store_true", help="no live display")
+    s.set_defaults(func=_cmd_stream)
+
+    b = sub.add_parser("bench", help="measure streaming accuracy, latency and cost on a manifest",
+                       description="Stream every item of a manifest (JSON lines: id, audio, text, "
+                                   "language) in simulated real time and print WER beside the same "
+                                   "model offline, per-word latency, CPU cost and memory.")
+    b.add_argument("manifest", help="manifest.jsonl, or the folder that holds it")
+    b.add_argument("--model", default="tiny.en", help=MODEL_HELP)
+    b.add_argument("--threads", type=int, default=1, help="CPU threads (default: %(default)s)")
+    _add_stream_args(b)
+    b.add_argument("--language", default="en", help="items of this language (default: %(default)s)")
+    b.add_argument("--exclude-approximate", action="store_true",
+                   help="leave out items whose reference text is marked approximate")
+    b.add_argument("--limit", type=int, default=None, help="first N items only")
+    b.add_argument("--sweep", action="store_true", help="run the low, medium and high presets")
+    b.add_argument("--plot", default=None, help="write a WER-versus-latency plot (PNG) here")
+    b.set_defaults(func=_cmd_bench)
     return parser
 
 

@@ -1,0 +1,49 @@
+"""Turning committed stream words into segments and result files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from susurrus.streaming.session import StreamWord
+from susurrus.transports.writers import write_result
+from susurrus.types import Segment, TranscriptionInfo, Word
+
+SENTENCE_END = (".", "?", "!", "。", "？", "！")
+
+
+def words_to_segments(words: Sequence[StreamWord], max_gap: float = 1.0, max_len: float = 12.0) -> list[Segment]:
+    """Group words into segments at sentence ends, pauses over ``max_gap`` s, or ``max_len`` s."""
+    groups: list[list[StreamWord]] = []
+    for w in words:
+        if groups:
+            cur = groups[-1]
+            ended = cur[-1].word.strip().endswith(SENTENCE_END)
+            if not (ended or w.start - cur[-1].end > max_gap or w.end - cur[0].start > max_len):
+                cur.append(w)
+                continue
+        groups.append([w])
+    return [Segment(id=i, seek=0, start=g[0].start, end=g[-1].end, text="".join(w.word for w in g),
+                    tokens=[], avg_logprob=0.0, compression_ratio=0.0, no_speech_prob=0.0, temperature=0.0,
+                    words=[Word(w.start, w.end, w.word, w.probability) for w in g])
+            for i, g in enumerate(groups)]
+
+
+def write_stream_result(fmt: str, words: Sequence[StreamWord], duration: float, path: str | Path) -> Path:
+    """txt/srt/vtt through the common writers; JSON carries every word's emitted_at too."""
+    segments = words_to_segments(words)
+    if fmt != "json":
+        info = TranscriptionInfo(language="", language_probability=1.0, duration=duration)
+        return write_result(fmt, segments, info, path)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "text": "".join(w.word for w in words).strip(),
+        "duration": round(duration, 3),
+        "segments": [{"id": s.id, "start": s.start, "end": s.end, "text": s.text.strip()} for s in segments],
+        "words": [{"word": w.word, "start": w.start, "end": w.end, "emitted_at": w.emitted_at,
+                   "probability": w.probability} for w in words],
+    }
+    path.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,466 @@
+"""A live transcription stream: audio in, interim text and committed words out.
+
+One :class:`StreamSession` per stream. Each ``feed`` appends audio; every ``chunk_ms`` of
+new audio a *step* runs:
+
+1. new mel frames are computed (``frontend``) and the new encoder frames encoded against the
+   running key/value cache (``encoder``); nothing already final is encoded again;
+2. the decoder cross-attends to the real frames followed by the encoder output of silence up
+   to 30 s (Whisper's end-of-audio context), projected once per model and kept in a buffer
+   that real frames overwrite;
+3. the committed tokens are forced as a prefix and the continuation is decoded greedily:
+   that is the interim hypothesis;
+4. the commit policy decides which of its tokens are final. AlignAtt (default): a token is
+   stable while the alignment heads attend at least ``commit_margin_ms`` before the audio
+   edge; complete words among the stable tokens are committed. Committed text never changes.
+
+When the window approaches 30 s it is re-anchored at the end of the last committed word: the
+tail is re-encoded from position 0 and the committed text becomes the decoder's prompt, so
+memory and per-step cost stay flat however long the stream runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+
+from susurrus.audio.features import SAMPLE_RATE
+from susurrus.decoding.alignment import (
+    WordTiming,
+    dtw,
+    median_filter,
+    merge_punctuations,
+    refine_with_energy,
+    speech_frames,
+)
+from susurrus.decoding.decode import DecodingOptions, LogitRules
+from susurrus.model.tokenizer import Tokenizer
+from susurrus.model.whisper import KV, DecoderCache, Whisper
+from susurrus.streaming.encoder import EncoderState, encode_step, normalize_frames
+from susurrus.streaming.frontend import MelState, push_audio
+
+FRAME_S = 0.02  # seconds per encoder frame
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    chunk_ms: int = 320  # audio per step
+    lookahead_ms: int = 400  # encoder frames kept provisional (recomputed) at the edge
+    commit_margin_ms: int = 500  # AlignAtt: commit tokens attending this far before the edge
+    policy: str = "alignatt"  # or "agreement" (commit what two consecutive steps agree on)
+    eot_guard: bool = True  # refuse end-of-text while speech remains after the last token
+    max_window_s: float = 24.0  # re-anchor the window when it holds this much audio
+    context_tokens: int = 96  # previous committed tokens given as the prompt
+    max_step_tokens: int = 32  # tokens decoded per step at most
+    reuse_prefix: bool = True  # keep the forced prefix's decoder keys/values between steps
+    language: str | None = None
+    task: str = "transcribe"
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("alignatt", "agreement"):
+            raise ValueError(f"policy must be 'alignatt' or 'agreement', not {self.policy!r}")
+        if not 20 <= self.chunk_ms <= 5000:
+            raise ValueError(f"chunk_ms must be within 20..5000, not {self.chunk_ms}")
+        if not 0 <= self.lookahead_ms <= 5000:
+            raise ValueError(f"lookahead_ms must be within 0..5000, not {self.lookahead_ms}")
+        if not 5.0 <= self.max_window_s <= 28.0:
+            raise ValueError(f"max_window_s must be within 5..28 s, not {self.max_window_s}")
+
+
+PRESETS: dict[str, StreamConfig] = {
+    "low": StreamConfig(chunk_ms=240, lookahead_ms=240, commit_margin_ms=300),
+    "medium": StreamConfig(),
+    "high": StreamConfig(chunk_ms=640, lookahead_ms=600, commit_margin_ms=800),
+}
+
+
+@dataclass(frozen=True)
+class StreamWord:
+    word: str  # with its leading space, as Whisper writes it
+    start: float  # seconds of stream audio
+    end: float
+    emitted_at: float  # seconds of audio fed when it was committed
+    probability: float
+
+
+@dataclass(frozen=True)
+class Committed:
+    """Words that became final. Never revised."""
+
+    words: list[StreamWord]
+
+    @property
+    def text(self) -> str:
+        return "".join(w.word for w in self.words)
+
+
+@dataclass(frozen=True)
+class Interim:
+    """The current guess for the audio after the committed words; replaced by the next one."""
+
+    text: str
+    audio_time: float
+
+
+Event = Committed | Interim
+
+
+@dataclass
+class StepStats:
+    audio_time: float
+    compute_s: float
+    encoded_frames: int
+    decoded_tokens: int
+
+
+@dataclass
+class WindowState:
+    """The current (≤ 30 s) window: its mel frames, encoder state and committed tokens."""
+
+    start_frame: int = 0  # absolute mel frame where the window starts
+    mel: torch.Tensor = field(default_factory=lambda: torch.zeros(80, 0))  # log10 power frames
+    encoder: EncoderState | None = None
+    committed: list[int] = field(default_factory=list)  # tokens committed in this window
+    committed_end_frame: int = 0  # encoder frame where the last committed word ends
+    last_hypothesis: list[int] = field(default_factory=list)  # uncommitted tokens of the last step
+    prefix: DecoderCache | None = None  # self-attention keys/values of the forced prefix but its last token
+
+
+class CrossBuffer:
+    """Per-layer cross-attention keys/values over 1500 positions: real frames written at the
+    front, the encoder output of silence (projected once) behind them."""
+
+    def __init__(self, pad: list[KV]):
+        self.pad = pad
+        self.kv = [KV(p.k.clone(), p.v.clone()) for p in pad]
+        self.real = 0  # positions holding real frames
+
+    def write(self, start: int, layers: list[KV]) -> None:
+        n = layers[0].k.shape[1]
+        for buf, new in zip(self.kv, layers):
+            buf.k[:, start:start + n] = new.k
+            buf.v[:, start:start + n] = new.v
+        if start + n < self.real:  # restore silence where real frames no longer reach
+            self.restore(start + n)
+        self.real = start + n
+
+    def restore(self, start: int) -> None:
+        for buf, pad in zip(self.kv, self.pad):
+            buf.k[:, start:self.real] = pad.k[:, start:self.real]
+            buf.v[:, start:self.real] = pad.v[:, start:self.real]
+        self.real = min(self.real, start)
+
+
+_PAD_CACHE: dict[int, list[KV]] = {}
+
+
+@torch.inference_mode()
+def silence_cross_kv(net: Whisper) -> list[KV]:
+    """Cross keys/values of the encoder output for a window of Whisper's padding (log-mel 0),
+    computed once per model."""
+    key = id(net)
+    if key not in _PAD_CACHE:
+        mel = torch.zeros(1, net.dims.n_mels, 2 * net.dims.n_audio_ctx)
+        _PAD_CACHE[key] = net.decoder.cross_kv(net.encoder(mel))
+    return _PAD_CACHE[key]
+
+
+class StreamSession:
+    """Incremental transcription of one audio stream. Not thread-safe; one per stream."""
+
+    def __init__(self, net: Whisper, tokenizer: Tokenizer, config: StreamConfig = StreamConfig()):
+        self.net = net
+        self.config = config
+        language = config.language if net.is_multilingual else "en"
+        self.tokenizer = tokenizer.with_options(language or "en", config.task)
+        self.mel_state = MelState(n_mels=net.dims.n_mels)
+        self.window = WindowState(mel=torch.zeros(net.dims.n_mels, 0))
+        self.cross = CrossBuffer(silence_cross_kv(net))
+        self.previous: list[int] = []  # committed tokens of earlier windows (prompt context)
+        self.words: list[StreamWord] = []  # every committed word
+        self.samples_fed = 0
+        self.samples_at_last_step = 0
+        self.finished = False
+        self.stats: list[StepStats] = []
+        self._pieces: dict[int, str] = {}
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def audio_time(self) -> float:
+        return self.samples_fed / SAMPLE_RATE
+
+    @property
+    def text(self) -> str:
+        return "".join(w.word for w in self.words)
+
+    def feed(self, pcm: np.ndarray) -> list[Event]:
+        """Append 16 kHz mono audio (float32 in [-1, 1] or int16); returns new events."""
+        if self.finished:
+            raise RuntimeError("stream already finished")
+        samples = _as_float(pcm)
+        self.samples_fed += len(samples)
+        frames = push_audio(self.mel_state, samples)
+        self.window.mel = torch.cat([self.window.mel, frames], dim=1)
+        events: list[Event] = []
+        step = self.config.chunk_ms * SAMPLE_RATE // 1000
+        while self.samples_fed - self.samples_at_last_step >= step:
+            self.samples_at_last_step += step
+            events.extend(self._step(final=False))
+        return events
+
+    def finish(self) -> list[Event]:
+        """End of audio: decode and commit everything left."""
+        if self.finished:
+            return []
+        frames = push_audio(self.mel_state, np.zeros(0, np.float32), final=True)
+        self.window.mel = torch.cat([self.window.mel, frames], dim=1)
+        events = self._step(final=True)
+        self.finished = True
+        return events
+
+    # ------------------------------------------------------------------ one step
+
+    @torch.inference_mode()
+    def _step(self, final: bool) -> list[Event]:
+        t0 = time.perf_counter()
+        cfg = self.config
+        win = self.window
+        max_frames = int(cfg.max_window_s / FRAME_S)
+        if not final and win.mel.shape[1] // 2 > max_frames:
+            self._reanchor()
+            win = self.window
+        mel = normalize_frames(win.mel, self.mel_state.running_max)
+        before = win.encoder or EncoderState.empty(self.net)
+        lookahead = max(0, round(cfg.lookahead_ms / 1000 / FRAME_S))
+        enc = encode_step(self.net, before, mel, lookahead, final=final)
+        encoded = enc.frames - before.finalized
+        win.encoder = enc
+        n_real = enc.frames
+        if n_real == 0:
+            return []
+        self._update_cross(before, enc)
+        tokens, frames, probs, qk, cache = self._decode(n_real, final)
+        events: list[Event] = []
+        n_commit = len(tokens) if final else self._stable_count(tokens, frames, n_real)
+        n_commit = self._word_boundary(tokens, n_commit, final)
+        if n_commit:
+            words = self._words(tokens, n_commit, probs, qk, n_real)
+            win.committed.extend(tokens[:n_commit])
+            self.words.extend(words)
+            events.append(Committed(words))
+        # the prefix cache now covers prompt + committed tokens but the last
+        win.prefix = cache.rewind(len(self._prompt()) + len(win.committed) - 1)
+        win.last_hypothesis = tokens[n_commit:]
+        interim = self.tokenizer.decode(tokens[n_commit:])
+        if not final:
+            events.append(Interim(interim, self.audio_time))
+        self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0, encoded, len(tokens)))
+        return events
+
+    def _update_cross(self, before: EncoderState, enc: EncoderState) -> None:
+        start = before.finalized
+        fresh = torch.cat([enc.final_out[:, start:], enc.provisional_out], dim=1)
+        self.cross.write(start, self.net.decoder.cross_kv(fresh))
+
+    def _prompt(self) -> list[int]:
+        tok = self.tokenizer
+        prompt: list[int] = []
+        if self.previous and self.config.context_tokens:
+            prompt = [tok.sot_prev, *self.previous[-self.config.context_tokens:]]
+        return prompt + tok.sot_sequence + [tok.no_timestamps]
+
+    def _decode(self, n_real: int, final: bool):
+        """Force prompt + committed tokens, then decode greedily.
+
+        The forced prefix's self-attention keys/values are kept between steps (only its last
+        token is recomputed), and the previous step's uncommitted hypothesis is verified in one
+        batched pass (speculatively): tokens the model still predicts are accepted together,
+        and greedy decoding continues one token at a time only from where it diverges.
+        Returns the tokens, the frame each attends to when predicted, their probabilities, the
+        alignment-head attention (heads, tokens, 1500) and the decoder cache of the path."""
+        net, tok, cfg, win = self.net, self.tokenizer, self.config, self.window
+        prompt = self._prompt()
+        forced = prompt + win.committed
+        heads = net.alignment_heads
+        if win.prefix is None or not cfg.reuse_prefix:
+            cache = DecoderCache(self.cross.kv, [None] * len(net.decoder.blocks))
+            if len(forced) > 1:
+                _, cache, _ = net.decoder(torch.tensor([forced[:-1]]), cache, last_only=True)
+            win.prefix = cache
+        base_len = len(forced) - 1
+        hyp = list(win.last_hypothesis)
+        logits, cache, qk = net.decoder(torch.tensor([[forced[-1], *hyp]]), win.prefix,
+                                        alignment_heads=heads)
+        rules = LogitRules(tok, DecodingOptions(without_timestamps=True), len(prompt), net.dims.n_vocab)
+        limit = max(0, min(cfg.max_step_tokens, net.dims.n_text_ctx - len(forced) - 1))
+        seq = list(forced)
+        tokens: list[int] = []
+        frames: list[int] = []
+        probs: list[float] = []
+        attns: list[torch.Tensor] = []
+        speech = None
+        i = 0  # position in the current logits/qk that predicts the next token
+        while len(tokens) < limit:
+            row = logits[:, i].clone()
+            rules(row, [seq])
+            if cfg.eot_guard and not final and int(row.argmax()) == tok.eot:
+                # end-of-text guard: refuse it while speech remains after the last token
+                if speech is None:
+                    speech = _speech_mask(win.mel, n_real)
+                after = (frames[-1] if frames else 0) + 25  # half a second past it
+                if speech[after:n_real].any():
+                    row[:, tok.eot] = -float("inf")
+            nxt = int(row.argmax())
+            if nxt == tok.eot:
+                break
+            attn = qk[0, :, i].float().softmax(-1)  # (heads, 1500): where it looked to predict
+            frame = int(attn.mean(0).argmax())
+            if frame >= n_real and not final:
+                break  # it reads the silence after the audio: what follows is invention
+            tokens.append(nxt)
+            probs.append(float(torch.softmax(row[0].float(), -1)[nxt]))
+            attns.append(attn)
+            frames.append(frame)
+            seq.append(nxt)
+            if i + 1 < logits.shape[1] and hyp[i] == nxt:
+                i += 1  # the batch already holds the position after this token
+                continue
+            # diverged from (or ran past) the verified hypothesis: continue one token at a time
+            cache = cache.rewind(base_len + len(tokens))  # the path up to the token before nxt
+            logits, cache, qk = net.decoder(torch.tensor([[nxt]]), cache, alignment_heads=heads)
+            hyp, i = [], 0
+        qk_all = (torch.stack(attns, dim=1) if attns
+                  else torch.zeros(int(heads.sum()), 0, net.dims.n_audio_ctx))
+        return tokens, frames, probs, qk_all, cache
+
+    def _stable_count(self, tokens: list[int], frames: list[int], n_real: int) -> int:
+        cfg = self.config
+        margin = cfg.commit_margin_ms
+        agreed = len(tokens)
+        if cfg.policy == "agreement":
+            # what two consecutive steps agree on, away from the edge by half the margin
+            prev = self.window.last_hypothesis
+            agreed = 0
+            while agreed < len(tokens) and agreed < len(prev) and tokens[agreed] == prev[agreed]:
+                agreed += 1
+            margin //= 2
+        edge = n_real - round(margin / 1000 / FRAME_S)
+        n = 0
+        while n < agreed and frames[n] < edge:
+            n += 1
+        return n
+
+    def _word_boundary(self, tokens: list[int], n: int, final: bool) -> int:
+        """Shrink ``n`` so that only complete words are committed: the token after the last
+        committed one must start a new word (at the end of the stream everything goes)."""
+        if final:
+            return n
+        while n > 0 and not (n < len(tokens) and self._starts_word(tokens[n])):
+            n -= 1
+        return n
+
+    def _starts_word(self, token: int) -> bool:
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self.tokenizer.decode([token])
+        return piece.startswith(" ")
+
+    def _words(self, tokens: list[int], n_commit: int, probs: list[float], qk: torch.Tensor,
+               n_real: int) -> list[StreamWord]:
+        """Times of the first ``n_commit`` tokens' words, from a DTW over this step's tokens
+        (the uncommitted ones absorb the audio after them) from the last committed word's end
+        to the audio edge, refined at pauses with the window's energy as offline."""
+        tok = self.tokenizer
+        f0 = max(0, min(self.window.committed_end_frame, n_real - 1))
+        weights = qk[:, :, f0:n_real]  # (heads, tokens, frames)
+        n_tok = len(tokens)
+        first = np.zeros(n_tok, dtype=int)
+        last = np.zeros(n_tok, dtype=int)
+        if weights.shape[2] >= 2:
+            weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-9)
+            if n_tok > 1:
+                std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
+                weights = (weights - mean) / (std + 1e-10)
+            matrix = median_filter(weights, 7).mean(0)
+            text_idx, time_idx = dtw(-matrix.double().numpy())
+            for ti, fi in zip(text_idx[::-1], time_idx[::-1]):
+                first[ti] = fi
+            for ti, fi in zip(text_idx, time_idx):
+                last[ti] = fi
+        words, groups = tok.split_to_word_tokens(tokens)
+        timings: list[WordTiming] = []
+        k = 0
+        for word, group in zip(words, groups):
+            a, b = k, k + len(group)
+            k = b
+            timings.append(WordTiming(word, group, (f0 + first[a]) * FRAME_S, (f0 + last[b - 1] + 1) * FRAME_S,
+                                      float(np.mean(probs[a:b]))))
+        merge_punctuations(timings)
+        speech = speech_frames(self.window.mel, self.window.mel.shape[1])
+        refine_with_energy(timings, speech)
+        offset = self.window.start_frame / 100.0
+        emitted = round(self.audio_time, 3)
+        out: list[StreamWord] = []
+        taken = 0
+        for t in timings:
+            if taken >= n_commit:
+                break
+            taken += len(t.tokens)
+            if not t.word:
+                continue
+            start, end = offset + t.start, offset + t.end
+            if self.words and start < self.words[-1].end:
+                start = self.words[-1].end
+            if out and start < out[-1].end:
+                start = out[-1].end
+            out.append(StreamWord(t.word, round(start, 3), round(max(end, start), 3), emitted,
+                                  round(t.probability, 4)))
+        if out:
+            self.window.committed_end_frame = int(round((out[-1].end - offset) / FRAME_S))
+        return out
+
+    def _reanchor(self) -> None:
+        """Start a new window at the end of the last committed word (or drop old audio when
+        nothing was committed), re-encoding only the tail."""
+        win = self.window
+        n_enc = win.mel.shape[1] // 2
+        cut = win.committed_end_frame
+        if cut <= 0 or cut > n_enc:
+            cut = max(1, n_enc - round(5.0 / FRAME_S))
+        cut_mel = 2 * cut
+        self.previous.extend(win.committed)
+        self.previous = self.previous[-self.config.context_tokens * 2:]
+        self.window = WindowState(start_frame=win.start_frame + cut_mel, mel=win.mel[:, cut_mel:].clone())
+        self.cross.restore(0)
+
+
+def _speech_mask(mel_log10: torch.Tensor, n_real: int) -> np.ndarray:
+    """Per encoder frame, whether it is louder than the window's noise floor."""
+    per_mel = speech_frames(mel_log10, mel_log10.shape[1])
+    n = min(n_real, len(per_mel) // 2)
+    return per_mel[: 2 * n].reshape(n, 2).any(axis=1)
+
+
+def _as_float(pcm: np.ndarray) -> np.ndarray:
+    pcm = np.asarray(pcm)
+    if pcm.ndim != 1:
+        raise ValueError(f"expected mono 1-D audio, got shape {pcm.shape}")
+    if pcm.dtype == np.int16:
+        return pcm.astype(np.float32) / 32768.0
+    if not np.issubdtype(pcm.dtype, np.floating):
+        raise TypeError(f"expected float32 or int16 samples, got {pcm.dtype}")
+    if pcm.size and not np.isfinite(pcm).all():
+        raise ValueError("audio contains NaN or infinite samples")
+    return pcm.astype(np.float32, copy=False)
+
+
+def stream_config(latency: str | None = None, **overrides) -> StreamConfig:
+    """A preset (low/medium/high) with explicit settings overriding it."""
+    base = PRESETS[latency or "medium"] if (latency or "medium") in PRESETS else None
+    if base is None:
+        raise ValueError(f"latency must be one of {sorted(PRESETS)}, not {latency!r}")
+    return replace(base, **{k: v for k, v in overrides.items() if v is not None})

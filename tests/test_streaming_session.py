@@ -1,0 +1,126 @@
+"""The live engine on real speech: append-only commits, timing, accuracy, interfaces."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from susurrus.audio.io import decode_audio
+from susurrus.evaluation.metrics import corpus_error_rate
+from susurrus.streaming.session import Committed, Interim, StreamConfig
+
+
+def _stream(model, audio, piece=1600, **settings):
+    stream = model.stream(**settings)
+    snapshots, events = [], []
+    for i in range(0, len(audio), piece):
+        events.extend(stream.feed(audio[i:i + piece]))
+        snapshots.append(stream.text)
+    events.extend(stream.finish())
+    snapshots.append(stream.text)
+    return stream, snapshots, events
+
+
+@pytest.mark.parametrize("item_id", ["ljspeech_LJ001-0001", "librispeech_test-clean_1089-134686-0000"])
+def test_committed_text_is_append_only_and_accurate(tiny, dev_item, item_id):
+    item = dev_item(item_id)
+    audio = decode_audio(item.audio)
+    stream, snapshots, events = _stream(tiny, audio)
+    # every snapshot of the committed text extends the previous one: nothing is ever revised
+    for before, after in zip(snapshots, snapshots[1:]):
+        assert after.startswith(before)
+    committed = [e for e in events if isinstance(e, Committed)]
+    assert len(committed) >= 5  # words arrive while the audio streams, not only at the end
+    assert "".join(e.text for e in committed) == stream.text
+    assert any(isinstance(e, Interim) and e.text for e in events)
+    offline = " ".join(s.text for s in tiny.transcribe(audio, beam_size=1, temperature=0.0)[0])
+    assert corpus_error_rate([(item.text, stream.text)]) <= corpus_error_rate([(item.text, offline)]) + 10
+
+
+def test_words_carry_times_and_are_committed_soon_after_they_are_spoken(tiny, dev_item):
+    audio = decode_audio(dev_item("ljspeech_LJ001-0001").audio)
+    stream, _, _ = _stream(tiny, audio)
+    words = stream.words
+    duration = len(audio) / 16000
+    assert all(0 <= w.start <= w.end <= duration + 0.05 for w in words)
+    assert all(a.end <= b.start + 1e-6 for a, b in zip(words, words[1:]))
+    assert all(a.emitted_at <= b.emitted_at for a, b in zip(words, words[1:]))
+    assert all(w.emitted_at >= w.end - 0.05 for w in words)  # nothing is committed before it is heard
+    before_end = [w for w in words if w.emitted_at < duration]
+    assert len(before_end) >= 0.8 * len(words)  # most words are final while audio still streams
+    assert np.mean([w.emitted_at - w.end for w in words]) < 2.0
+
+
+def test_feeding_in_any_piece_size_and_int16_gives_the_same_text(tiny, dev_item):
+    audio = decode_audio(dev_item("ljspeech_LJ001-0002").audio)
+    a, _, _ = _stream(tiny, audio, piece=1600)
+    b, _, _ = _stream(tiny, (audio * 32767).astype(np.int16), piece=777)
+    assert a.text == b.text and a.text.strip()
+
+
+def test_window_re_anchors_and_keeps_memory_flat(tiny, longform_items):
+    """50 s of a long-form stream with a 10 s window: the window is re-anchored several times,
+    the decoder context stays bounded, and the text stays accurate."""
+    item = longform_items[0]
+    audio = decode_audio(item.audio)[: 16000 * 50]
+    stream, snapshots, _ = _stream(tiny, audio, piece=16000, max_window_s=10.0)
+    assert stream.window.start_frame > 0 and stream.window.mel.shape[1] <= 2 * 10 * 50 + 200
+    assert len(stream.previous) <= 2 * stream.config.context_tokens
+    for before, after in zip(snapshots, snapshots[1:]):
+        assert after.startswith(before)
+    inside = [s for s in item.segments if s["end_s"] <= 50]
+    refs = " ".join(s["text"] for s in inside)
+    hyp = " ".join(w.word for w in stream.words if w.end <= inside[-1]["end_s"] + 0.5)
+    assert corpus_error_rate([(refs, hyp)]) < 15
+    # no phrase repeated three times in a row
+    words = stream.text.split()
+    for n in range(1, 6):
+        for i in range(len(words) - 3 * n):
+            assert not (words[i:i + n] == words[i + n:i + 2 * n] == words[i + 2 * n:i + 3 * n]), words[i:i + n]
+
+
+def test_bad_input_is_refused_and_loses_nothing(tiny, dev_item):
+    audio = decode_audio(dev_item("ljspeech_LJ001-0002").audio)
+    stream = tiny.stream()
+    stream.feed(audio[:16000])
+    with pytest.raises(ValueError, match="mono"):
+        stream.feed(np.zeros((10, 2), dtype=np.float32))
+    with pytest.raises(ValueError, match="NaN"):
+        stream.feed(np.array([0.0, np.nan], dtype=np.float32))
+    with pytest.raises(TypeError, match="float32 or int16"):
+        stream.feed(np.zeros(10, dtype=np.int64))
+    stream.feed(audio[16000:])
+    stream.finish()
+    clean = tiny.stream()
+    clean.feed(audio)
+    clean.finish()
+    assert stream.text == clean.text  # the refused pieces changed nothing
+    with pytest.raises(ValueError, match="policy"):
+        StreamConfig(policy="guess")
+    with pytest.raises(ValueError, match="latency"):
+        tiny.stream("instant")
+
+
+def test_agreement_policy_also_streams(tiny, dev_item):
+    item = dev_item("ljspeech_LJ001-0002")
+    stream, snapshots, _ = _stream(tiny, decode_audio(item.audio), policy="agreement")
+    assert corpus_error_rate([(item.text, stream.text)]) < 30
+
+
+def test_cli_stream_writes_json_with_emission_times(dev_item, tmp_path):
+    item = dev_item("ljspeech_LJ001-0002")
+    run = subprocess.run([sys.executable, "-m", "susurrus", "stream", str(item.audio), "-f", "json",
+                          "-o", str(tmp_path), "--latency", "low"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads((tmp_path / f"{item.audio.stem}.json").read_text())
+    assert doc["words"] and all({"start", "end", "emitted_at"} <= set(w) for w in doc["words"])
+    assert corpus_error_rate([(item.text, doc["text"])]) < 30
+    raw = (decode_audio(item.audio) * 32767).astype("<i2").tobytes()
+    piped = subprocess.run([sys.executable, "-m", "susurrus", "stream", "-", "--quiet", "-f", "txt",
+                            "--latency", "low", "-o", str(tmp_path)], input=raw, capture_output=True, timeout=300)
+    assert piped.returncode == 0, piped.stderr
+    assert (tmp_path / "stdin.txt").read_text().strip() == doc["text"].strip()
