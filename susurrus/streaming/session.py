@@ -56,6 +56,7 @@ class StreamConfig:
     context_tokens: int = 96  # previous committed tokens given as the prompt
     max_step_tokens: int = 32  # tokens decoded per step at most
     reuse_prefix: bool = True  # keep the forced prefix's decoder keys/values between steps
+    first_commit_ms: int = 1500  # commit nothing until the stream holds this much audio
     language: str | None = None
     task: str = "transcribe"
 
@@ -245,7 +246,12 @@ class StreamSession:
         self._update_cross(before, enc)
         tokens, frames, probs, qk, cache = self._decode(n_real, final)
         events: list[Event] = []
-        n_commit = len(tokens) if final else self._stable_count(tokens, frames, n_real)
+        if final:
+            n_commit = len(tokens)
+        elif not self.words and self.audio_time * 1000 < cfg.first_commit_ms:
+            n_commit = 0  # the first words need some right context: Whisper guesses them otherwise
+        else:
+            n_commit = self._stable_count(tokens, frames, n_real)
         n_commit = self._word_boundary(tokens, n_commit, final)
         if n_commit:
             words = self._words(tokens, n_commit, probs, qk, n_real)
@@ -296,7 +302,8 @@ class StreamSession:
         logits, cache, qk = net.decoder(torch.tensor([[forced[-1], *hyp]]), win.prefix,
                                         alignment_heads=heads)
         rules = LogitRules(tok, DecodingOptions(without_timestamps=True), len(prompt), net.dims.n_vocab)
-        limit = max(0, min(cfg.max_step_tokens, net.dims.n_text_ctx - len(forced) - 1))
+        budget = cfg.max_step_tokens if not final else 4 * cfg.max_step_tokens  # the last step says it all
+        limit = max(0, min(budget, net.dims.n_text_ctx - len(forced) - 1))
         seq = list(forced)
         tokens: list[int] = []
         frames: list[int] = []
@@ -307,7 +314,7 @@ class StreamSession:
         while len(tokens) < limit:
             row = logits[:, i].clone()
             rules(row, [seq])
-            if cfg.eot_guard and not final and int(row.argmax()) == tok.eot:
+            if cfg.eot_guard and int(row.argmax()) == tok.eot and len(tokens) < 2 * cfg.max_step_tokens:
                 # end-of-text guard: refuse it while speech remains after the last token
                 if speech is None:
                     speech = _speech_mask(win.mel, n_real)
