@@ -62,8 +62,8 @@ class WhisperModel:
 
     def stream(self, latency: str | None = None, *, chunk_ms: int | None = None,
                lookahead_ms: int | None = None, commit_margin_ms: int | None = None,
-               policy: str | None = None, language: str | None = None, task: str | None = None,
-               **settings: Any) -> StreamSession:
+               policy: str | None = None, first_commit_ms: int | None = None, language: str | None = None,
+               task: str | None = None, **settings: Any) -> StreamSession:
         """Open a live stream: ``events = stream.feed(pcm)`` as audio arrives (16 kHz mono,
         float32 or int16), ``stream.finish()`` at the end. Events are
         :class:`~susurrus.streaming.session.Interim` (the current guess, replaced by the next)
@@ -73,8 +73,8 @@ class WhisperModel:
         if language is not None and self.is_multilingual:
             self.tokenizer.with_options(language, task or "transcribe")
         config = stream_config(latency, chunk_ms=chunk_ms, lookahead_ms=lookahead_ms,
-                               commit_margin_ms=commit_margin_ms, policy=policy, language=language,
-                               task=task, **settings)
+                               commit_margin_ms=commit_margin_ms, policy=policy,
+                               first_commit_ms=first_commit_ms, language=language, task=task, **settings)
         return StreamSession(self.net, self.tokenizer, config)
 
 

@@ -56,7 +56,10 @@ class StreamConfig:
     context_tokens: int = 96  # previous committed tokens given as the prompt
     max_step_tokens: int = 32  # tokens decoded per step at most
     reuse_prefix: bool = True  # keep the forced prefix's decoder keys/values between steps
-    first_commit_ms: int = 1500  # commit nothing until the stream holds this much audio
+    first_commit_ms: int = 1500  # commit nothing until the window holds this much audio
+    stall_s: float = 8.0  # re-anchor when nothing was committed for this long after committed text
+    confident_prob: float = 0.5  # tokens less likely than this need ...
+    uncertain_margin_ms: int = 1500  # ... this margin instead (more right context to settle)
     language: str | None = None
     task: str = "transcribe"
 
@@ -231,7 +234,11 @@ class StreamSession:
         cfg = self.config
         win = self.window
         max_frames = int(cfg.max_window_s / FRAME_S)
-        if not final and win.mel.shape[1] // 2 > max_frames:
+        stalled = (win.committed and win.encoder is not None
+                   and (win.encoder.frames - win.committed_end_frame) * FRAME_S > cfg.stall_s)
+        if not final and (win.mel.shape[1] // 2 > max_frames or stalled):
+            # full window, or nothing committed for a while after committed text the decoder
+            # keeps failing to continue: start afresh at the end of the last committed word
             self._reanchor()
             win = self.window
         mel = normalize_frames(win.mel, self.mel_state.running_max)
@@ -244,14 +251,19 @@ class StreamSession:
         if n_real == 0:
             return []
         self._update_cross(before, enc)
-        tokens, frames, probs, qk, cache = self._decode(n_real, final)
+        # a decoder that committed nothing for a while may be stuck on a token whose attention
+        # glitches past the audio edge: then decode past one such token and let it through
+        relaxed = (enc.frames - win.committed_end_frame) * FRAME_S > cfg.commit_margin_ms / 1000 + 2.0
+        tokens, frames, probs, qk, cache = self._decode(n_real, final, relaxed)
         events: list[Event] = []
         if final:
             n_commit = len(tokens)
-        elif not self.words and self.audio_time * 1000 < cfg.first_commit_ms:
-            n_commit = 0  # the first words need some right context: Whisper guesses them otherwise
+        elif not win.committed and win.mel.shape[1] * 10 < cfg.first_commit_ms:
+            # a window's opening words need right context (Whisper guesses them otherwise):
+            # at the stream start and after each re-anchoring
+            n_commit = 0
         else:
-            n_commit = self._stable_count(tokens, frames, n_real)
+            n_commit = self._stable_count(tokens, frames, probs, n_real, relaxed)
         n_commit = self._word_boundary(tokens, n_commit, final)
         if n_commit:
             words = self._words(tokens, n_commit, probs, qk, n_real)
@@ -279,7 +291,7 @@ class StreamSession:
             prompt = [tok.sot_prev, *self.previous[-self.config.context_tokens:]]
         return prompt + tok.sot_sequence + [tok.no_timestamps]
 
-    def _decode(self, n_real: int, final: bool):
+    def _decode(self, n_real: int, final: bool, relaxed: bool = False):
         """Force prompt + committed tokens, then decode greedily.
 
         The forced prefix's self-attention keys/values are kept between steps (only its last
@@ -292,7 +304,9 @@ class StreamSession:
         prompt = self._prompt()
         forced = prompt + win.committed
         heads = net.alignment_heads
-        if win.prefix is None or not cfg.reuse_prefix:
+        if win.prefix is None or not cfg.reuse_prefix or not win.committed:
+            # (until something is committed the prefix is just the prompt: recompute it so that
+            # it reads the audio as it is now, not as it was at the first step)
             cache = DecoderCache(self.cross.kv, [None] * len(net.decoder.blocks))
             if len(forced) > 1:
                 _, cache, _ = net.decoder(torch.tensor([forced[:-1]]), cache, last_only=True)
@@ -310,6 +324,7 @@ class StreamSession:
         probs: list[float] = []
         attns: list[torch.Tensor] = []
         speech = None
+        glitched = False
         i = 0  # position in the current logits/qk that predicts the next token
         while len(tokens) < limit:
             row = logits[:, i].clone()
@@ -327,7 +342,9 @@ class StreamSession:
             attn = qk[0, :, i].float().softmax(-1)  # (heads, 1500): where it looked to predict
             frame = int(attn.mean(0).argmax())
             if frame >= n_real and not final:
-                break  # it reads the silence after the audio: what follows is invention
+                if not relaxed or glitched or (frames and frames[-1] >= n_real):
+                    break  # it reads the silence after the audio: what follows is invention
+                glitched = True
             tokens.append(nxt)
             probs.append(float(torch.softmax(row[0].float(), -1)[nxt]))
             attns.append(attn)
@@ -344,7 +361,8 @@ class StreamSession:
                   else torch.zeros(int(heads.sum()), 0, net.dims.n_audio_ctx))
         return tokens, frames, probs, qk_all, cache
 
-    def _stable_count(self, tokens: list[int], frames: list[int], n_real: int) -> int:
+    def _stable_count(self, tokens: list[int], frames: list[int], probs: list[float], n_real: int,
+                      relaxed: bool = False) -> int:
         cfg = self.config
         margin = cfg.commit_margin_ms
         agreed = len(tokens)
@@ -356,8 +374,13 @@ class StreamSession:
                 agreed += 1
             margin //= 2
         edge = n_real - round(margin / 1000 / FRAME_S)
+        far_edge = n_real - round(max(margin, cfg.uncertain_margin_ms) / 1000 / FRAME_S)
         n = 0
-        while n < agreed and frames[n] < edge:
+        while n < agreed:
+            limit = edge if probs[n] >= cfg.confident_prob else far_edge
+            glitch = relaxed and frames[n] >= n_real and n + 1 < agreed and frames[n + 1] < limit
+            if not (frames[n] < limit or glitch):
+                break
             n += 1
         return n
 

@@ -129,7 +129,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     model = susurrus.load_model(args.model, threads=args.threads)
     stream = model.stream(args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
                           commit_margin_ms=args.commit_margin_ms, policy=args.policy,
-                          language=args.language, task=args.task)
+                          first_commit_ms=args.first_commit_ms, language=args.language, task=args.task)
     block = stream.config.chunk_ms * 16
     if args.input == "-":
         blocks = _read_stdin_pcm(args.pcm_format, block)
@@ -189,7 +189,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         configs = [stream_config(p) for p in ("low", "medium", "high")]
     else:
         configs = [stream_config(args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
-                                 commit_margin_ms=args.commit_margin_ms, policy=args.policy)]
+                                 commit_margin_ms=args.commit_margin_ms, policy=args.policy,
+                                 first_commit_ms=args.first_commit_ms)]
     results = bench.run(model, items, configs)
     audio = results[0].audio_s
     print(f"\n{args.model}, {len(items)} {args.language} items, {audio:.1f} s of audio, "
@@ -214,6 +215,9 @@ def _add_stream_args(p: argparse.ArgumentParser) -> None:
                    help="commit words the model reads at least this far (ms) before the audio edge")
     p.add_argument("--policy", choices=["alignatt", "agreement"], default=None,
                    help="commit policy: alignment-guided (default) or agreement of two steps")
+    p.add_argument("--first-commit-ms", type=int, default=None,
+                   help="commit nothing until the stream holds this much audio (the opening words "
+                        "need right context)")
 
 
 def build_parser() -> argparse.ArgumentParser:
