@@ -333,8 +333,8 @@ class StreamSession:
                 # end-of-text guard: refuse it while speech remains after the last token
                 if speech is None:
                     speech = _speech_mask(win.mel, n_real)
-                after = (frames[-1] if frames else 0) + 25  # half a second past it
-                if speech[after:n_real].any():
+                after = max(frames, default=win.committed_end_frame) + 25  # half a second past the furthest token
+                if speech[after:n_real].sum() >= 25:  # and half a second of speech beyond that
                     row[:, tok.eot] = -float("inf")
             nxt = int(row.argmax())
             if nxt == tok.eot:
