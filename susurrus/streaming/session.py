@@ -345,6 +345,8 @@ class StreamSession:
                 if not relaxed or glitched or (frames and frames[-1] >= n_real):
                     break  # it reads the silence after the audio: what follows is invention
                 glitched = True
+            if _repeats_third_time(seq + [nxt]):
+                break  # a phrase about to be said a third time in a row: a decoding loop
             tokens.append(nxt)
             probs.append(float(torch.softmax(row[0].float(), -1)[nxt]))
             attns.append(attn)
@@ -468,6 +470,14 @@ class StreamSession:
         self.cross.restore(0)
 
 
+def _repeats_third_time(seq: list[int], longest: int = 12) -> bool:
+    """Whether ``seq`` ends with some 1..longest-token phrase three times back to back."""
+    for n in range(1, longest + 1):
+        if len(seq) >= 3 * n and seq[-n:] == seq[-2 * n:-n] == seq[-3 * n:-2 * n]:
+            return True
+    return False
+
+
 def _speech_mask(mel_log10: torch.Tensor, n_real: int) -> np.ndarray:
     """Per encoder frame, whether it is louder than the window's noise floor."""
     per_mel = speech_frames(mel_log10, mel_log10.shape[1])
@@ -490,7 +500,7 @@ def _as_float(pcm: np.ndarray) -> np.ndarray:
 
 def stream_config(latency: str | None = None, **overrides) -> StreamConfig:
     """A preset (low/medium/high) with explicit settings overriding it."""
-    base = PRESETS[latency or "medium"] if (latency or "medium") in PRESETS else None
-    if base is None:
+    name = latency or "medium"
+    if name not in PRESETS:
         raise ValueError(f"latency must be one of {sorted(PRESETS)}, not {latency!r}")
-    return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+    return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
