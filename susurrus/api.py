@@ -78,12 +78,18 @@ class WhisperModel:
         return StreamSession(self.net, self.tokenizer, config)
 
 
-def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None = None) -> WhisperModel:
+def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None = None,
+               int8_output: bool = False) -> WhisperModel:
     """Load Whisper weights by embedded name (``tiny.en``, ``base``) or from a path: a
     CTranslate2 directory or model.bin, a Hugging Face checkpoint directory (or a repo id
-    found in the local HF cache), or an OpenAI ``.pt`` file. Never downloads."""
+    found in the local HF cache), or an OpenAI ``.pt`` file. Never downloads.
+
+    ``int8_output`` projects to the vocabulary with int8 weights (~4x faster per token on CPU,
+    the largest single cost of streaming decoding with small models; see docs/benchmarks.md)."""
     if threads:
         torch.set_num_threads(threads)
     loaded = load_weights(name_or_path)
+    if int8_output:
+        loaded.net.decoder.quantize_output()
     name = str(name_or_path) if not isinstance(name_or_path, Path) else name_or_path.name
     return WhisperModel(loaded, name)

@@ -90,3 +90,20 @@ def test_word_splitting_keeps_every_token(tiny):
     assert [t for g in groups for t in g] == tokens
     assert "".join(words) == " Printing, in the only sense, isn't it?"
     assert " isn't" in words
+
+
+def test_int8_output_projection_stays_close(dev_item):
+    import susurrus
+    from susurrus.audio.features import pad_or_trim
+
+    model = susurrus.load_model("tiny.en")
+    audio = decode_audio(dev_item("ljspeech_LJ001-0002").audio)
+    tok = model.tokenizer
+    tokens = torch.tensor([[tok.sot, tok.no_timestamps, *tok.encode(" in being comparatively modern.")]])
+    with torch.inference_mode():
+        features = model.net.embed_audio(pad_or_trim(log_mel_spectrogram(audio))[None])
+        ref = model.net.logits(tokens, features)
+        model.net.decoder.quantize_output()
+        q = model.net.logits(tokens, features)
+    assert (q - ref).abs().max() < 2.0  # activations are quantised too: logits move by up to ~1.3
+    assert torch.equal(q.argmax(-1), ref.argmax(-1))

@@ -17,6 +17,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny.en", help=MODEL_HELP)
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for inference (default: PyTorch's choice)")
+    p.add_argument("--int8-output", action="store_true",
+                   help="int8 weights for the vocabulary projection (faster, near-ties may flip)")
 
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
@@ -24,7 +26,7 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
 
     import susurrus
 
-    model = susurrus.load_model(args.model, threads=args.threads)
+    model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
     formats = sorted(WRITERS) if args.output_format == "all" else [args.output_format]
     out_dir = Path(args.output_dir)
     status = 0
@@ -126,7 +128,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     from susurrus.streaming.output import write_stream_result
     from susurrus.streaming.session import Committed, Interim
 
-    model = susurrus.load_model(args.model, threads=args.threads)
+    model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
     stream = model.stream(args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
                           commit_margin_ms=args.commit_margin_ms, policy=args.policy,
                           first_commit_ms=args.first_commit_ms, language=args.language, task=args.task)
@@ -177,7 +179,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from susurrus.streaming.session import stream_config
 
     torch.set_num_threads(args.threads or 1)
-    model = susurrus.load_model(args.model)
+    model = susurrus.load_model(args.model, int8_output=args.int8_output)
     items = [i for i in read_manifest(args.manifest) if i.language == args.language]
     if args.exclude_approximate:
         items = [i for i in items if not i.approximate]
@@ -281,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("manifest", help="manifest.jsonl, or the folder that holds it")
     b.add_argument("--model", default="tiny.en", help=MODEL_HELP)
     b.add_argument("--threads", type=int, default=1, help="CPU threads (default: %(default)s)")
+    b.add_argument("--int8-output", action="store_true",
+                   help="int8 weights for the vocabulary projection (faster, near-ties may flip)")
     _add_stream_args(b)
     b.add_argument("--language", default="en", help="items of this language (default: %(default)s)")
     b.add_argument("--exclude-approximate", action="store_true",
