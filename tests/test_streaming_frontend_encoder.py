@@ -53,6 +53,11 @@ def test_stem_of_any_frame_range_equals_full_stem(tiny, audio):
         ref = tiny.net.encoder.stem(mel[None])
         for j0, j1 in [(0, 1), (0, 17), (3, 40), (200, ref.shape[1]), (0, ref.shape[1])]:
             assert torch.allclose(stem_frames(tiny.net, mel, j0, j1), ref[:, j0:j1], atol=1e-4)
+        # normalising only the frames read (the streaming path) gives the same frames
+        power = mel_power(audio)[:, :901]
+        top = float(power.max())
+        assert torch.allclose(stem_frames(tiny.net, power, 3, 40, running_max=top),
+                              stem_frames(tiny.net, normalize_frames(power, top), 3, 40), atol=1e-5)
 
 
 def _run_stream(net, audio, chunk: int, lookahead: int | None) -> tuple[EncoderState, list[int]]:

@@ -58,16 +58,20 @@ def ready_frames(n_mel: int, final: bool) -> int:
     return max(0, (n_mel - 1) // 2)
 
 
-def stem_frames(net: Whisper, mel: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
-    """Stem outputs (1, j1 - j0, width) of encoder frames [j0, j1) from normalised mel
-    (n_mels, M), equal to the full stem's: conv1 outputs 2 j0 - 1 .. 2 j1 - 1 are computed
-    from mel 2 j0 - 2 .. 2 j1, with zeros where the full stem pads."""
+def stem_frames(net: Whisper, mel: torch.Tensor, j0: int, j1: int,
+                running_max: float | None = None) -> torch.Tensor:
+    """Stem outputs (1, j1 - j0, width) of encoder frames [j0, j1) from mel (n_mels, M),
+    equal to the full stem's: conv1 outputs 2 j0 - 1 .. 2 j1 - 1 are computed from mel
+    2 j0 - 2 .. 2 j1, with zeros where the full stem pads. ``mel`` is normalised already, or
+    log10 power normalised here (only the frames read) with ``running_max``."""
     enc = net.encoder
     n = mel.shape[1]
     lo, hi = 2 * j0 - 1, 2 * j1 - 1  # conv1 outputs needed (inclusive)
     first, last = max(lo, 0), min(hi, n - 1)  # those that exist; conv2 pads the rest with 0
     m_lo, m_hi = first - 1, last + 2  # mel frames needed [m_lo, m_hi); conv1 pads with 0
     piece = mel[:, max(m_lo, 0): min(m_hi, n)]
+    if running_max is not None:
+        piece = normalize_frames(piece, running_max)
     piece = F.pad(piece, (max(0, -m_lo), max(0, m_hi - n)))[None]
     c1 = F.gelu(F.conv1d(piece, enc.conv1.weight, enc.conv1.bias))
     c1 = F.pad(c1, (first - lo, hi - last))
@@ -77,8 +81,9 @@ def stem_frames(net: Whisper, mel: torch.Tensor, j0: int, j1: int) -> torch.Tens
 
 @torch.inference_mode()
 def encode_step(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead: int | None,
-                final: bool = False) -> EncoderState:
-    """Encode the frames of normalised ``mel`` (n_mels, M) not yet final.
+                final: bool = False, running_max: float | None = None) -> EncoderState:
+    """Encode the frames of ``mel`` (n_mels, M) not yet final (``mel`` normalised, or log10
+    power with ``running_max`` to normalise the frames read).
 
     ``lookahead`` is the number of trailing frames kept provisional (``None``: all of them
     until ``final``). Returns the new state; nothing in ``state`` is modified."""
@@ -86,7 +91,7 @@ def encode_step(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead:
     start = state.finalized
     if available <= start:
         return state
-    frames = stem_frames(net, mel, start, available)
+    frames = stem_frames(net, mel, start, available, running_max)
     out, cache = net.encoder.forward_frames(frames, state.cache)
     if final:
         keep = available - start

@@ -39,7 +39,7 @@ from susurrus.decoding.alignment import (
 from susurrus.decoding.decode import DecodingOptions, LogitRules
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, DecoderCache, Whisper
-from susurrus.streaming.encoder import EncoderState, encode_step, normalize_frames
+from susurrus.streaming.encoder import EncoderState, encode_step
 from susurrus.streaming.frontend import MelState, push_audio
 
 FRAME_S = 0.02  # seconds per encoder frame
@@ -241,10 +241,10 @@ class StreamSession:
             # keeps failing to continue: start afresh at the end of the last committed word
             self._reanchor()
             win = self.window
-        mel = normalize_frames(win.mel, self.mel_state.running_max)
         before = win.encoder or EncoderState.empty(self.net)
         lookahead = max(0, round(cfg.lookahead_ms / 1000 / FRAME_S))
-        enc = encode_step(self.net, before, mel, lookahead, final=final)
+        enc = encode_step(self.net, before, win.mel, lookahead, final=final,
+                          running_max=self.mel_state.running_max)
         encoded = enc.frames - before.finalized
         win.encoder = enc
         n_real = enc.frames
