@@ -16,7 +16,7 @@ from susurrus.decoding.transcribe import TranscribeOptions, transcribe
 from susurrus.model.loading import LoadedModel, load_weights
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import Whisper
-from susurrus.streaming.session import StreamSession, stream_config
+from susurrus.streaming.session import StreamSession, silence_cross_kv, stream_config
 from susurrus.types import Segment, TranscriptionInfo
 
 AudioInput = str | os.PathLike | BinaryIO | bytes | np.ndarray
@@ -30,6 +30,7 @@ class WhisperModel:
         self.name = name
         self.net: Whisper = loaded.net
         self.tokenizer = Tokenizer.from_file(loaded.tokenizer_path, self.net.is_multilingual)
+        self._silence = None  # streaming's end-of-audio cross keys/values, made on first use
 
     @property
     def is_multilingual(self) -> bool:
@@ -75,7 +76,9 @@ class WhisperModel:
         config = stream_config(latency, chunk_ms=chunk_ms, lookahead_ms=lookahead_ms,
                                commit_margin_ms=commit_margin_ms, policy=policy,
                                first_commit_ms=first_commit_ms, language=language, task=task, **settings)
-        return StreamSession(self.net, self.tokenizer, config)
+        if self._silence is None:
+            self._silence = silence_cross_kv(self.net)
+        return StreamSession(self.net, self.tokenizer, config, self._silence)
 
 
 def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None = None,

@@ -158,31 +158,29 @@ class CrossBuffer:
         self.real = min(self.real, start)
 
 
-_PAD_CACHE: dict[int, list[KV]] = {}
-
-
 @torch.inference_mode()
 def silence_cross_kv(net: Whisper) -> list[KV]:
-    """Cross keys/values of the encoder output for a window of Whisper's padding (log-mel 0),
-    computed once per model."""
-    key = id(net)
-    if key not in _PAD_CACHE:
-        mel = torch.zeros(1, net.dims.n_mels, 2 * net.dims.n_audio_ctx)
-        _PAD_CACHE[key] = net.decoder.cross_kv(net.encoder(mel))
-    return _PAD_CACHE[key]
+    """Cross keys/values of the encoder output for a window of Whisper's padding (log-mel 0).
+    One padded encode (~0.4 s with tiny): compute it once per model and share it between
+    sessions (``WhisperModel.stream`` does)."""
+    mel = torch.zeros(1, net.dims.n_mels, 2 * net.dims.n_audio_ctx)
+    return net.decoder.cross_kv(net.encoder(mel))
 
 
 class StreamSession:
     """Incremental transcription of one audio stream. Not thread-safe; one per stream."""
 
-    def __init__(self, net: Whisper, tokenizer: Tokenizer, config: StreamConfig = StreamConfig()):
+    def __init__(self, net: Whisper, tokenizer: Tokenizer, config: StreamConfig = StreamConfig(),
+                 silence: list[KV] | None = None):
+        """``silence``: :func:`silence_cross_kv` of ``net``, shared between sessions (computed
+        here when not given)."""
         self.net = net
         self.config = config
         language = config.language if net.is_multilingual else "en"
         self.tokenizer = tokenizer.with_options(language or "en", config.task)
         self.mel_state = MelState(n_mels=net.dims.n_mels)
         self.window = WindowState(mel=torch.zeros(net.dims.n_mels, 0))
-        self.cross = CrossBuffer(silence_cross_kv(net))
+        self.cross = CrossBuffer(silence if silence is not None else silence_cross_kv(net))
         self.previous: list[int] = []  # committed tokens of earlier windows (prompt context)
         self.words: list[StreamWord] = []  # every committed word
         self.samples_fed = 0
@@ -190,6 +188,7 @@ class StreamSession:
         self.finished = False
         self.stats: list[StepStats] = []
         self._pieces: dict[int, str] = {}
+        self._rules: LogitRules | None = None  # for the current prompt length
 
     # ------------------------------------------------------------------ public API
 
@@ -315,7 +314,9 @@ class StreamSession:
         hyp = list(win.last_hypothesis)
         logits, cache, qk = net.decoder(torch.tensor([[forced[-1], *hyp]]), win.prefix,
                                         alignment_heads=heads)
-        rules = LogitRules(tok, DecodingOptions(without_timestamps=True), len(prompt), net.dims.n_vocab)
+        if self._rules is None or self._rules.sample_begin != len(prompt):
+            self._rules = LogitRules(tok, DecodingOptions(without_timestamps=True), len(prompt), net.dims.n_vocab)
+        rules = self._rules
         budget = cfg.max_step_tokens if not final else 4 * cfg.max_step_tokens  # the last step says it all
         limit = max(0, min(budget, net.dims.n_text_ctx - len(forced) - 1))
         seq = list(forced)
