@@ -1,0 +1,292 @@
+"""Voice activity: incremental Silero VAD, OpenAI-style speech turns, end-of-turn from text.
+
+Three layers, each a pure function over explicit state, as the rest of ``streaming/``:
+
+1. :func:`push_vad` runs Silero VAD (the ONNX model the ``silero-vad`` package ships, run
+   with onnxruntime on one thread; nothing is downloaded) over 512-sample (32 ms) frames at
+   16 kHz. Frame ``i`` covers samples ``[512 i, 512 (i + 1))``. Audio may arrive in pieces of
+   any size: the probabilities are the same however the stream is cut. The state keeps the
+   network's recurrent state, the 64-sample context the model reads before each frame, the
+   sample remainder and a bounded history of recent probabilities (flat memory).
+2. :func:`push_turn` turns probabilities into ``SpeechStarted`` / ``SpeechStopped`` events with
+   the semantics of OpenAI's realtime ``server_vad``: speech starts at the first frame whose
+   probability reaches ``threshold``; ``audio_start_ms`` includes ``prefix_padding_ms`` before
+   it (clamped at 0); speech stops once ``silence_duration_ms`` of frames below the threshold
+   follow the last speech frame, and ``audio_end_ms`` is, as OpenAI documents it, the audio
+   time at which that was decided, so it *includes* the silence duration. The raw speech onset
+   and end are reported too (``speech_start_ms``, ``speech_end_ms``).
+3. :func:`text_turn_silence_ms` (semantic-VAD spirit): how much silence should end a turn given
+   the text transcribed so far: less after a finished sentence, more when the text trails off.
+
+:func:`is_speech_padded` and :func:`speech_fraction` read the probability history for compute
+gating and for the hallucination guard (``streaming/hallucination.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+FRAME_SAMPLES = 512  # Silero VAD's frame at 16 kHz
+FRAME_MS = 32  # FRAME_SAMPLES / 16 kHz
+CONTEXT_SAMPLES = 64  # samples of the previous frame the model reads before each frame
+
+
+def silero_model_path(name: str = "silero_vad.onnx") -> Path:
+    """The model file inside the installed ``silero-vad`` package.
+
+    Found without importing the package: ``silero_vad.model`` calls ``torch.set_num_threads(1)``
+    at import time, which would silently slow down Whisper in the same process."""
+    spec = importlib.util.find_spec("silero_vad")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("silero-vad is not installed (pip install silero-vad)")
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found in the silero-vad package")
+    return path
+
+
+class SileroVad:
+    """The Silero VAD network (ONNX), loaded once and shared by any number of streams.
+
+    It holds no per-stream state: everything that changes lives in :class:`VadState`.
+    ``onnxruntime.InferenceSession.run`` is thread-safe, so streams on several threads can
+    share one instance."""
+
+    def __init__(self, path: str | Path | None = None, threads: int = 1):
+        import onnxruntime
+
+        opts = onnxruntime.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        self.path = Path(path) if path is not None else silero_model_path()
+        self.session = onnxruntime.InferenceSession(str(self.path), sess_options=opts,
+                                                    providers=["CPUExecutionProvider"])
+        self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
+
+    def frame(self, x: np.ndarray, rnn: np.ndarray) -> tuple[float, np.ndarray]:
+        """One frame: ``x`` is (1, 64 + 512) samples (context then frame); returns (prob, rnn)."""
+        out, rnn = self.session.run(None, {"input": x, "state": rnn, "sr": self._sr})
+        return float(out[0, 0]), rnn
+
+
+def load_vad(threads: int = 1) -> SileroVad:
+    """Load Silero VAD from the ``silero-vad`` package (no network)."""
+    return SileroVad(threads=threads)
+
+
+@dataclass
+class VadState:
+    """What the VAD keeps between calls for one stream.
+
+    ``probs`` holds the probabilities of frames ``probs_start .. frames_done - 1`` (at most
+    about ``2 * history_frames`` of them, at least the last ``history_frames``)."""
+
+    history_frames: int = 1875  # 60 s of probabilities kept for look-ups
+    rnn: np.ndarray = field(default_factory=lambda: np.zeros((2, 1, 128), dtype=np.float32))
+    context: np.ndarray = field(default_factory=lambda: np.zeros(CONTEXT_SAMPLES, dtype=np.float32))
+    remainder: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    frames_done: int = 0  # frames analysed since the stream started
+    probs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    probs_start: int = 0  # absolute frame index of probs[0]
+
+    @property
+    def audio_ms(self) -> int:
+        """Audio analysed so far (whole frames), in milliseconds."""
+        return self.frames_done * FRAME_MS
+
+
+def push_vad(vad: SileroVad, state: VadState, samples: np.ndarray, final: bool = False) -> np.ndarray:
+    """Feed 16 kHz samples; return the speech probabilities of the frames they complete.
+
+    Updates ``state``. With ``final`` the stream is over and a last partial frame is padded
+    with zeros (so ``frames_done * 512`` may then exceed the samples fed)."""
+    samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+    buf = np.concatenate([state.remainder, samples]) if len(state.remainder) else samples
+    n = len(buf) // FRAME_SAMPLES
+    if final and len(buf) % FRAME_SAMPLES:
+        buf = np.concatenate([buf, np.zeros(FRAME_SAMPLES - len(buf) % FRAME_SAMPLES, dtype=np.float32)])
+        n += 1
+    out = np.empty(n, dtype=np.float32)
+    x = np.empty((1, CONTEXT_SAMPLES + FRAME_SAMPLES), dtype=np.float32)
+    x[0, :CONTEXT_SAMPLES] = state.context
+    rnn = state.rnn
+    for i in range(n):
+        x[0, CONTEXT_SAMPLES:] = buf[i * FRAME_SAMPLES:(i + 1) * FRAME_SAMPLES]
+        out[i], rnn = vad.frame(x, rnn)
+        x[0, :CONTEXT_SAMPLES] = x[0, -CONTEXT_SAMPLES:]
+    state.rnn = rnn
+    state.context = x[0, :CONTEXT_SAMPLES].copy()
+    state.remainder = buf[n * FRAME_SAMPLES:].copy()
+    state.frames_done += n
+    if n:
+        state.probs = np.concatenate([state.probs, out])
+        if len(state.probs) > 2 * state.history_frames:  # trim rarely: amortised O(1) per frame
+            drop = len(state.probs) - state.history_frames
+            state.probs = state.probs[drop:].copy()
+            state.probs_start += drop
+    return out
+
+
+def vad_probs(state: VadState, start_ms: float, end_ms: float) -> tuple[int, np.ndarray]:
+    """The probabilities still held for frames overlapping ``[start_ms, end_ms)``.
+
+    Returns ``(first_frame, probs)``; frames not analysed yet or already dropped from the
+    history are left out, so ``probs`` may be shorter than the range (or empty)."""
+    f0 = max(int(np.floor(start_ms / FRAME_MS)), state.probs_start, 0)
+    f1 = min(int(np.ceil(end_ms / FRAME_MS)), state.frames_done)
+    if f1 <= f0:
+        return f0, np.zeros(0, dtype=np.float32)
+    return f0, state.probs[f0 - state.probs_start: f1 - state.probs_start]
+
+
+def speech_fraction(state: VadState, start_ms: float, end_ms: float, threshold: float = 0.5,
+                    pad_ms: float = 0.0) -> float | None:
+    """Fraction of the frames in ``[start_ms - pad_ms, end_ms + pad_ms)`` whose probability
+    reaches ``threshold``; None when no frame of the range is known."""
+    _, p = vad_probs(state, start_ms - pad_ms, end_ms + pad_ms)
+    if not len(p):
+        return None
+    return float(np.mean(p >= threshold))
+
+
+def is_speech_padded(state: VadState, start_ms: float, end_ms: float, threshold: float = 0.5,
+                     pad_before_ms: float = 300.0, pad_after_ms: float = 500.0) -> bool:
+    """Whether ``[start_ms, end_ms)`` is speech or lies within padding of speech: True if any
+    known frame of ``[start_ms - pad_after_ms, end_ms + pad_before_ms)`` reaches ``threshold``.
+
+    For compute gating: audio up to ``pad_after_ms`` after speech (hangover: word tails,
+    short pauses) and ``pad_before_ms`` before it (onsets) counts as speech. Conservative when
+    it cannot know: a range none of whose frames is known (not analysed yet, or older than the
+    history) is reported as speech."""
+    _, p = vad_probs(state, start_ms - pad_after_ms, end_ms + pad_before_ms)
+    if not len(p):
+        return True
+    return bool((p >= threshold).any())
+
+
+# ---------------------------------------------------------------------------------------------
+# Speech turns (OpenAI realtime ``server_vad`` semantics)
+
+
+@dataclass(frozen=True)
+class TurnConfig:
+    """OpenAI ``turn_detection: {type: "server_vad", ...}`` parameters."""
+
+    threshold: float = 0.5  # a frame is speech when its probability reaches this
+    prefix_padding_ms: int = 300  # audio reported before the speech onset
+    silence_duration_ms: int = 500  # silence that ends a turn
+    # Hysteresis: once in speech, frames stay speech down to this probability (Silero's own
+    # iterator uses threshold - 0.15). None: the threshold itself (plain OpenAI semantics).
+    end_threshold: float | None = None
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    audio_start_ms: int  # what OpenAI reports: the onset minus prefix padding, clamped at 0
+    speech_start_ms: int  # the raw onset: start of the first speech frame
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    audio_end_ms: int  # what OpenAI reports: the audio time the stop was decided (includes the silence)
+    speech_end_ms: int  # the raw end: end of the last speech frame
+
+
+TurnEvent = SpeechStarted | SpeechStopped
+
+
+@dataclass
+class TurnState:
+    config: TurnConfig = field(default_factory=TurnConfig)
+    frames_seen: int = 0  # probabilities consumed (frame index of the next one)
+    in_speech: bool = False
+    speech_start_frame: int = -1  # first frame of the current turn
+    last_speech_frame: int = -1  # last frame at or above the threshold in the current turn
+
+
+def push_turn(state: TurnState, probs: np.ndarray, silence_duration_ms: int | None = None) -> list[TurnEvent]:
+    """Consume the next frame probabilities (in order, as :func:`push_vad` returns them) and
+    return the turn events they cause, updating ``state``.
+
+    ``silence_duration_ms`` overrides the config's for this call (e.g. from
+    :func:`text_turn_silence_ms` applied to the text transcribed so far)."""
+    cfg = state.config
+    silence = cfg.silence_duration_ms if silence_duration_ms is None else silence_duration_ms
+    silence_frames = max(1, -(-int(silence) // FRAME_MS))  # ceil
+    stay = cfg.threshold if cfg.end_threshold is None else cfg.end_threshold
+    events: list[TurnEvent] = []
+    for p in np.asarray(probs, dtype=np.float32).reshape(-1):
+        i = state.frames_seen
+        state.frames_seen += 1
+        if not state.in_speech:
+            if p >= cfg.threshold:
+                state.in_speech = True
+                state.speech_start_frame = state.last_speech_frame = i
+                onset = i * FRAME_MS
+                events.append(SpeechStarted(max(0, onset - cfg.prefix_padding_ms), onset))
+            continue
+        if p >= stay:
+            state.last_speech_frame = i
+        elif i - state.last_speech_frame >= silence_frames:
+            events.append(SpeechStopped((i + 1) * FRAME_MS, (state.last_speech_frame + 1) * FRAME_MS))
+            state.in_speech = False
+    return events
+
+
+def finish_turn(state: TurnState) -> list[TurnEvent]:
+    """End of stream: close an open turn at the end of its last speech frame."""
+    if not state.in_speech:
+        return []
+    state.in_speech = False
+    end = (state.last_speech_frame + 1) * FRAME_MS
+    return [SpeechStopped(max(end, state.frames_seen * FRAME_MS), end)]
+
+
+# ---------------------------------------------------------------------------------------------
+# End of turn from the text (semantic-VAD spirit)
+
+# Words after which a speaker has rarely finished: conjunctions, articles and possessives, prepositions
+# that do not end phrasal verbs, subject pronouns, fillers.
+TRAILING_WORDS = frozenset("""
+and or but nor because although though unless whereas if than
+the a an my your our their its every
+of to for from with into onto at by between during without
+i we they he she
+""".split())
+FILLERS = frozenset("um uh er erm ah hmm mm".split())
+_SENTENCE_END = re.compile(r"""[.?!。？！]["'”’)\]]*$""")
+_TRAILING_PUNCT = re.compile(r"""(\.\.\.|…|[,;:\-–—])["'”’)\]]*$""")
+_ABBREVIATION = re.compile(r"\b(mr|mrs|ms|dr|prof|st|vs|etc|e\.g|i\.e)\.$", re.IGNORECASE)
+
+
+def text_turn_silence_ms(text: str, base_silence_ms: int = 500, complete_factor: float = 0.5,
+                         incomplete_factor: float = 2.0) -> int:
+    """Silence that should end a turn whose transcript so far is ``text``.
+
+    - the text ends a sentence (``.``, ``?``, ``!``, possibly before a closing quote or
+      bracket; not an ellipsis nor an abbreviation such as "Dr."): ``base * complete_factor``
+      (250 ms by default) — the speaker has likely finished;
+    - it trails off (ends with ``,`` ``;`` ``:`` a dash or an ellipsis, or its last word is a
+      conjunction, article, possessive, preposition, subject pronoun or filler such as "and",
+      "the", "to", "um"): ``base * incomplete_factor`` (1000 ms) — they are likely mid-thought;
+    - otherwise (no text, or a word without punctuation): ``base``.
+    """
+    t = text.strip()
+    if not t:
+        return int(base_silence_ms)
+    words = re.findall(r"[\w']+", t.lower())
+    last = words[-1] if words else ""
+    if _TRAILING_PUNCT.search(t) or last in FILLERS:  # "So, um." has not finished either
+        return int(round(base_silence_ms * incomplete_factor))
+    if _SENTENCE_END.search(t) and not _ABBREVIATION.search(t):
+        return int(round(base_silence_ms * complete_factor))
+    if last in TRAILING_WORDS:
+        return int(round(base_silence_ms * incomplete_factor))
+    return int(base_silence_ms)
