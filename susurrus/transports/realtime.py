@@ -1,0 +1,671 @@
+"""The OpenAI Realtime *transcription* protocol, without a socket.
+
+:class:`RealtimeSession` holds one connection's protocol state and turns each client message into
+server events to send now and :class:`Work` to run on the model; :class:`Transcriber` runs that
+work (in a worker thread, off the event loop) and returns the events it produced. The server
+(``server.py``) only moves messages between a WebSocket, these two and a thread pool, so every
+rule below is testable by calling methods.
+
+Client events: ``session.update`` (GA: ``session.type = "transcription"``,
+``session.audio.input.{format, transcription, turn_detection}``) and the beta
+``transcription_session.update`` (flat ``input_audio_format``, ``input_audio_transcription``,
+``turn_detection``); ``input_audio_buffer.append`` / ``commit`` / ``clear``.
+
+Server events: ``session.created`` / ``session.updated`` (``transcription_session.*`` for beta
+clients), ``input_audio_buffer.committed`` / ``cleared``,
+``conversation.item.input_audio_transcription.delta`` / ``completed`` / ``failed``, ``error``; and
+extension events that standard clients ignore: ``susurrus.interim`` (the dimmed guess after the
+committed text), ``susurrus.words`` (committed words with times) and ``susurrus.warning``.
+
+Semantics (``turn_detection: null``, the client commits): the first audio appended after a
+commit starts an *item* with its own :class:`~susurrus.streaming.session.StreamSession`; audio is
+transcribed as it arrives, so committed text streams out as ``delta`` events while the user is
+still speaking; ``input_audio_buffer.commit`` ends the item (``committed`` at once, then the
+last deltas and ``completed`` with the whole transcript); ``clear`` drops the uncommitted item.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import secrets
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from susurrus.audio.resampler import StreamResampler
+from susurrus.streaming.session import Committed, Interim, StreamConfig, StreamSession, stream_config
+
+SAMPLE_RATE = 16000
+DEFAULT_RATE = 24000  # OpenAI's PCM rate: what a client sends unless it says otherwise
+# 16 and 24 kHz are the issue's; the other common rates are an extension (a browser's native rate)
+SUPPORTED_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
+# OpenAI's ``transcription.delay`` onto the latency presets
+DELAY_TO_PRESET = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
+LATENCIES = ("low", "medium", "high")
+
+# error codes (``error.code``); OpenAI's where it has one
+INVALID_JSON = "invalid_json"
+UNKNOWN_EVENT = "unknown_event_type"
+UNSUPPORTED_EVENT = "unsupported_event"
+INVALID_VALUE = "invalid_value"
+MISSING_PARAM = "missing_required_parameter"
+INVALID_AUDIO = "invalid_audio"
+UNSUPPORTED_FORMAT = "unsupported_audio_format"
+UNSUPPORTED_RATE = "unsupported_sample_rate"
+FORMAT_LOCKED = "format_change_with_buffered_audio"
+COMMIT_EMPTY = "input_audio_buffer_commit_empty"
+BUFFER_FULL = "input_audio_buffer_full"
+MESSAGE_TOO_LARGE = "message_too_large"
+BINARY_FRAME = "binary_frame_not_supported"
+INVALID_API_KEY = "invalid_api_key"
+SESSION_LIMIT = "session_limit_reached"
+TRANSCRIPTION_FAILED = "transcription_failed"
+
+
+class ProtocolError(Exception):
+    """A client mistake, reported as an ``error`` event; the session goes on."""
+
+    def __init__(self, code: str, message: str, param: str | None = None,
+                 type: str = "invalid_request_error", event_id: str | None = None):
+        super().__init__(message)
+        self.code, self.message, self.param, self.type, self.event_id = code, message, param, type, event_id
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(10)}"
+
+
+def server_event(type: str, **fields: Any) -> dict[str, Any]:
+    return {"type": type, "event_id": new_id("event"), **fields}
+
+
+def error_event(err: ProtocolError) -> dict[str, Any]:
+    return server_event("error", error={"type": err.type, "code": err.code, "message": err.message,
+                                        "param": err.param, "event_id": err.event_id})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-server bounds. ``max_buffered_s``: audio accepted but not yet transcribed, per session
+    (a client sending faster than the model keeps up is told to slow down, nothing is dropped)."""
+
+    max_message_bytes: int = 1 << 20
+    max_buffered_s: float = 20.0
+    max_sessions: int = 16
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """A session's effective configuration (what ``session.updated`` reports)."""
+
+    rate: int = DEFAULT_RATE
+    model: str | None = None  # the model the client asked for (reported, not used: the server has one)
+    language: str | None = None
+    prompt: str = ""
+    delay: str | None = None
+    turn_detection: dict[str, Any] | None = None
+    include: tuple[str, ...] = ()
+    latency: str = "medium"
+    chunk_ms: int | None = None
+    lookahead_ms: int | None = None
+
+    def stream_config(self) -> StreamConfig:
+        return stream_config(self.latency, chunk_ms=self.chunk_ms, lookahead_ms=self.lookahead_ms,
+                             language=self.language)
+
+
+def parse_client_event(data: str | bytes | None, max_bytes: int) -> dict[str, Any]:
+    """One WebSocket message to an event dict, or :class:`ProtocolError`."""
+    if data is None:
+        raise ProtocolError(INVALID_JSON, "empty message")
+    if isinstance(data, (bytes, bytearray)):
+        raise ProtocolError(BINARY_FRAME, "binary WebSocket frames are not part of the protocol: send JSON "
+                                          "text events (audio goes base64 in input_audio_buffer.append)")
+    if len(data) > max_bytes:
+        raise ProtocolError(MESSAGE_TOO_LARGE, f"message of {len(data)} bytes exceeds the limit of {max_bytes} "
+                                               "bytes; split the audio into smaller appends")
+    try:
+        event = json.loads(data)
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise ProtocolError(INVALID_JSON, f"message is not valid JSON: {err}") from None
+    if not isinstance(event, dict):
+        raise ProtocolError(INVALID_JSON, f"an event must be a JSON object, not {type(event).__name__}")
+    event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+    if not isinstance(event.get("type"), str):
+        raise ProtocolError(MISSING_PARAM, "an event needs a string 'type'", "type", event_id=event_id)
+    return event
+
+
+def decode_pcm16(audio: Any) -> np.ndarray:
+    """Base64 PCM16 little-endian mono to int16 samples."""
+    if not isinstance(audio, str):
+        raise ProtocolError(MISSING_PARAM, "input_audio_buffer.append needs 'audio': base64 PCM16 mono", "audio")
+    try:
+        raw = base64.b64decode(audio, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise ProtocolError(INVALID_AUDIO, f"'audio' is not valid base64: {err}", "audio") from None
+    if len(raw) % 2:
+        raise ProtocolError(INVALID_AUDIO, f"'audio' decodes to {len(raw)} bytes, an odd count: PCM16 has two "
+                                           "bytes per sample", "audio")
+    return np.frombuffer(raw, dtype="<i2").astype(np.int16)
+
+
+# ---------------------------------------------------------------------------- session settings
+
+
+def _object(value: Any, param: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ProtocolError(INVALID_VALUE, f"'{param}' must be an object", param)
+    return value
+
+
+def _rate_of_format(fmt: Any, param: str) -> int:
+    """GA ``{type: "audio/pcm", rate}`` or beta ``"pcm16"`` to a sample rate."""
+    if isinstance(fmt, str):  # beta
+        if fmt == "pcm16":
+            return DEFAULT_RATE
+        raise ProtocolError(UNSUPPORTED_FORMAT, f"input audio format {fmt!r} is not supported; use 'pcm16' "
+                                                "(PCM16 LE mono, 24 kHz)", param)
+    fmt = _object(fmt, param)
+    kind = fmt.get("type", "audio/pcm")
+    if kind != "audio/pcm":
+        raise ProtocolError(UNSUPPORTED_FORMAT, f"input audio format {kind!r} is not supported; use 'audio/pcm' "
+                                                "(PCM16 LE mono)", f"{param}.type")
+    rate = fmt.get("rate", DEFAULT_RATE)
+    if isinstance(rate, bool) or not isinstance(rate, int) or rate not in SUPPORTED_RATES:
+        raise ProtocolError(UNSUPPORTED_RATE, f"sample rate {rate!r} is not supported; use 24000 (OpenAI's) or "
+                                              f"16000 (also accepted: {', '.join(map(str, SUPPORTED_RATES))})",
+                            f"{param}.rate")
+    return rate
+
+
+def apply_update(settings: SessionSettings, event: dict[str, Any], *, multilingual: bool,
+                 buffered_audio: bool) -> SessionSettings:
+    """The settings after a ``session.update`` / ``transcription_session.update``; all or nothing.
+
+    Reads both shapes in either event: GA ``session.audio.input.*`` and the beta flat fields.
+    ``susurrus: {latency, chunk_ms, lookahead_ms}`` is the extension; OpenAI's
+    ``transcription.delay`` (minimal/low/medium/high/xhigh) maps onto the presets when no
+    ``susurrus.latency`` is given."""
+    s = _object(event.get("session"), "session")
+    if "session" not in event:
+        raise ProtocolError(MISSING_PARAM, f"{event['type']} needs a 'session' object", "session")
+    kind = s.get("type")
+    if kind is not None and kind != "transcription":
+        raise ProtocolError(INVALID_VALUE, f"session.type {kind!r} is not supported: this server transcribes only "
+                                           "(use \"transcription\")", "session.type")
+    changes: dict[str, Any] = {}
+    audio_input = _object(_object(s.get("audio"), "session.audio").get("input"), "session.audio.input")
+    # format
+    if "format" in audio_input:
+        changes["rate"] = _rate_of_format(audio_input["format"], "session.audio.input.format")
+    if "input_audio_format" in s:
+        changes["rate"] = _rate_of_format(s["input_audio_format"], "session.input_audio_format")
+    if "rate" in changes and changes["rate"] != settings.rate and buffered_audio:
+        raise ProtocolError(FORMAT_LOCKED, "the input sample rate cannot change while the buffer holds uncommitted "
+                                           "audio: commit or clear it first", "session.audio.input.format")
+    # transcription settings
+    for key, param in (("transcription", "session.audio.input.transcription"),
+                       ("input_audio_transcription", "session.input_audio_transcription")):
+        src = audio_input if key == "transcription" else s
+        if key not in src:
+            continue
+        t = _object(src[key], param)
+        if "model" in t:
+            changes["model"] = t["model"] if isinstance(t["model"], str) else None
+        if "language" in t:
+            lang = t["language"]
+            if lang is not None and not isinstance(lang, str):
+                raise ProtocolError(INVALID_VALUE, "language must be a string (ISO-639-1) or null",
+                                    f"{param}.language")
+            if lang and not multilingual and lang != "en":
+                raise ProtocolError(INVALID_VALUE, f"language {lang!r} is not available: the server's model is "
+                                                   "English-only", f"{param}.language")
+            changes["language"] = lang or None
+        if "prompt" in t:
+            changes["prompt"] = t["prompt"] if isinstance(t["prompt"], str) else ""
+        if "delay" in t and t["delay"] is not None:
+            if t["delay"] not in DELAY_TO_PRESET:
+                raise ProtocolError(INVALID_VALUE, f"delay must be one of {', '.join(DELAY_TO_PRESET)}",
+                                    f"{param}.delay")
+            changes["delay"] = t["delay"]
+            changes["latency"] = DELAY_TO_PRESET[t["delay"]]
+    # turn detection: accepted and reported (see TurnPolicy)
+    for src, param in ((audio_input, "session.audio.input.turn_detection"), (s, "session.turn_detection")):
+        if "turn_detection" in src:
+            td = src["turn_detection"]
+            if td is not None:
+                td = _object(td, param)
+                if td.get("type") not in ("server_vad", "semantic_vad"):
+                    raise ProtocolError(INVALID_VALUE, "turn_detection.type must be 'server_vad' or 'semantic_vad' "
+                                                       "(or turn_detection null)", f"{param}.type")
+            changes["turn_detection"] = td
+    if "include" in s:
+        inc = s["include"]
+        if inc is not None and not (isinstance(inc, list) and all(isinstance(x, str) for x in inc)):
+            raise ProtocolError(INVALID_VALUE, "include must be a list of strings", "session.include")
+        changes["include"] = tuple(inc or ())
+    # the extension
+    ext = _object(s.get("susurrus"), "session.susurrus")
+    if "latency" in ext:
+        if ext["latency"] not in LATENCIES:
+            raise ProtocolError(INVALID_VALUE, f"susurrus.latency must be one of {', '.join(LATENCIES)}",
+                                "session.susurrus.latency")
+        changes["latency"] = ext["latency"]
+    for key in ("chunk_ms", "lookahead_ms"):
+        if key in ext:
+            v = ext[key]
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise ProtocolError(INVALID_VALUE, f"susurrus.{key} must be an integer (ms) or null",
+                                    f"session.susurrus.{key}")
+            changes[key] = v
+    updated = replace(settings, **changes)
+    try:
+        updated.stream_config()
+    except ValueError as err:
+        raise ProtocolError(INVALID_VALUE, str(err), "session.susurrus") from None
+    return updated
+
+
+def session_object(settings: SessionSettings, *, dialect: str, session_id: str, model_name: str) -> dict[str, Any]:
+    """The session as ``session.created/updated`` (GA) or ``transcription_session.*`` (beta) report it."""
+    cfg = settings.stream_config()
+    transcription = {"model": model_name, "language": settings.language, "prompt": settings.prompt}
+    if settings.delay is not None:
+        transcription["delay"] = settings.delay
+    ext = {"latency": settings.latency, "chunk_ms": cfg.chunk_ms, "lookahead_ms": cfg.lookahead_ms,
+           "commit_margin_ms": cfg.commit_margin_ms, "requested_model": settings.model}
+    if dialect == "beta":
+        return {"id": session_id, "object": "realtime.transcription_session", "modalities": ["text"],
+                "input_audio_format": "pcm16", "input_audio_transcription": transcription,
+                "turn_detection": settings.turn_detection, "include": list(settings.include),
+                "input_audio_noise_reduction": None, "susurrus": {**ext, "rate": settings.rate}}
+    return {"type": "transcription", "object": "realtime.transcription_session", "id": session_id,
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": settings.rate},
+                                "transcription": transcription, "noise_reduction": None,
+                                "turn_detection": settings.turn_detection}},
+            "include": list(settings.include), "susurrus": ext}
+
+
+# ---------------------------------------------------------------------------- turns
+
+
+@dataclass(frozen=True)
+class TurnSignal:
+    """A turn-detection decision: ``speech_started`` / ``speech_stopped`` at ``audio_ms`` into
+    the item; ``commit`` True to end the item there (as a client commit would)."""
+
+    kind: str
+    audio_ms: int
+    commit: bool = False
+
+
+class TurnPolicy(Protocol):
+    """Where server-side turn detection plugs in. ``observe`` sees every block of an item's
+    16 kHz audio in the worker, in order, and returns signals; the connection turns a signal
+    with ``commit`` into the same path as a client commit (``RealtimeSession.turn``)."""
+
+    def observe(self, samples: np.ndarray, item_time: float) -> list[TurnSignal]: ...
+
+
+class ManualTurns:
+    """``turn_detection: null``: the client commits; nothing is detected."""
+
+    def observe(self, samples: np.ndarray, item_time: float) -> list[TurnSignal]:
+        return []
+
+
+def turn_policy_for(turn_detection: dict[str, Any] | None) -> TurnPolicy:
+    """The policy for a session's ``turn_detection``. Voice activity detection is not built yet:
+    ``server_vad``/``semantic_vad`` are accepted and reported but behave as ``null`` (the client
+    commits; a ``susurrus.warning`` says so). The endpointing work replaces this function."""
+    return ManualTurns()
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+LATENCY_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+
+
+class Metrics:
+    """Server counters, exposed in the Prometheus text format by :meth:`render`. Thread-safe."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sessions_open = 0
+        self.sessions_total = 0
+        self.sessions_refused: dict[str, int] = {}
+        self.audio_seconds = 0.0
+        self.audio_dropped_seconds = 0.0
+        self.compute_seconds = 0.0
+        self.items_completed = 0
+        self.words = 0
+        self.latency_buckets = [0] * len(LATENCY_BUCKETS)
+        self.latency_sum = 0.0
+        self.errors: dict[tuple[str, str], int] = {}
+
+    def error(self, type: str, code: str) -> None:
+        with self.lock:
+            self.errors[(type, code)] = self.errors.get((type, code), 0) + 1
+
+    def refused(self, reason: str) -> None:
+        with self.lock:
+            self.sessions_refused[reason] = self.sessions_refused.get(reason, 0) + 1
+
+    def processed(self, audio_s: float, compute_s: float, word_latencies: Iterable[float]) -> None:
+        with self.lock:
+            self.audio_seconds += audio_s
+            self.compute_seconds += compute_s
+            for lat in word_latencies:
+                self.words += 1
+                self.latency_sum += lat
+                for i, bound in enumerate(LATENCY_BUCKETS):
+                    if lat <= bound:
+                        self.latency_buckets[i] += 1
+
+    def dropped(self, audio_s: float) -> None:
+        with self.lock:
+            self.audio_dropped_seconds += audio_s
+
+    def render(self) -> str:
+        with self.lock:
+            out = [
+                "# HELP susurrus_sessions_open Realtime sessions open now.",
+                "# TYPE susurrus_sessions_open gauge",
+                f"susurrus_sessions_open {self.sessions_open}",
+                "# HELP susurrus_sessions_total Realtime sessions accepted since start.",
+                "# TYPE susurrus_sessions_total counter",
+                f"susurrus_sessions_total {self.sessions_total}",
+                "# HELP susurrus_sessions_refused_total Connections refused, by reason.",
+                "# TYPE susurrus_sessions_refused_total counter",
+                *(f'susurrus_sessions_refused_total{{reason="{r}"}} {n}'
+                  for r, n in sorted(self.sessions_refused.items())),
+                "# HELP susurrus_audio_seconds_total Seconds of audio transcribed.",
+                "# TYPE susurrus_audio_seconds_total counter",
+                f"susurrus_audio_seconds_total {self.audio_seconds:.3f}",
+                "# HELP susurrus_audio_dropped_seconds_total Accepted audio never transcribed: cleared, or its "
+                "client left.",
+                "# TYPE susurrus_audio_dropped_seconds_total counter",
+                f"susurrus_audio_dropped_seconds_total {self.audio_dropped_seconds:.3f}",
+                "# HELP susurrus_compute_seconds_total Wall seconds the model worked (all sessions).",
+                "# TYPE susurrus_compute_seconds_total counter",
+                f"susurrus_compute_seconds_total {self.compute_seconds:.3f}",
+                "# HELP susurrus_items_completed_total Items transcribed to completion.",
+                "# TYPE susurrus_items_completed_total counter",
+                f"susurrus_items_completed_total {self.items_completed}",
+                "# HELP susurrus_word_latency_seconds Audio fed after a word's end before it was committed.",
+                "# TYPE susurrus_word_latency_seconds histogram",
+            ]
+            for bound, n in zip(LATENCY_BUCKETS, self.latency_buckets):
+                out.append(f'susurrus_word_latency_seconds_bucket{{le="{bound}"}} {n}')
+            out += [f'susurrus_word_latency_seconds_bucket{{le="+Inf"}} {self.words}',
+                    f"susurrus_word_latency_seconds_sum {self.latency_sum:.3f}",
+                    f"susurrus_word_latency_seconds_count {self.words}",
+                    "# HELP susurrus_errors_total Error events sent, by error type and code.",
+                    "# TYPE susurrus_errors_total counter"]
+            out += [f'susurrus_errors_total{{type="{t}",code="{c}"}} {n}' for (t, c), n in sorted(self.errors.items())]
+        return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------- items and work
+
+
+@dataclass(eq=False)
+class Item:
+    """One user turn: the audio between two commits, and its stream (made in the worker)."""
+
+    id: str
+    rate: int
+    config: StreamConfig
+    turns: TurnPolicy
+    accepted_samples: int = 0  # input samples accepted (at ``rate``)
+    dropped: bool = False  # cleared, or the connection closed: pending work is skipped
+    failed: bool = False
+    stream: StreamSession | None = None
+    resampler: StreamResampler | None = None
+    deltas: list[str] = field(default_factory=list)
+    interim: str = ""
+
+
+@dataclass(eq=False)
+class Work:
+    """``append`` (samples at the item's rate), ``commit`` or ``drop`` for one item."""
+
+    kind: str
+    item: Item
+    pcm: np.ndarray | None = None
+
+    @property
+    def audio_s(self) -> float:
+        return 0.0 if self.pcm is None else len(self.pcm) / self.item.rate
+
+
+@dataclass
+class WorkResult:
+    events: list[dict[str, Any]]
+    signals: list[TurnSignal]
+
+
+class Transcriber:
+    """Runs :class:`Work` on the shared model (in a worker thread). One call at a time per session
+    (the server runs each session's work in order), any number of sessions at once."""
+
+    def __init__(self, model: Any, metrics: Metrics, extensions: bool = True):
+        self.model = model
+        self.metrics = metrics
+        self.extensions = extensions
+
+    def run(self, work: Work) -> WorkResult:
+        item = work.item
+        if item.dropped or item.failed:
+            self.metrics.dropped(work.audio_s)
+            return WorkResult([], [])
+        t0 = time.perf_counter()
+        events: list[dict[str, Any]] = []
+        signals: list[TurnSignal] = []
+        fed_s = 0.0
+        latencies: list[float] = []
+        try:
+            if item.stream is None:
+                item.stream = self.model.stream(**_stream_kwargs(item.config))
+                item.resampler = StreamResampler(item.rate, SAMPLE_RATE)
+            stream, resampler = item.stream, item.resampler
+            assert resampler is not None
+            if work.kind == "append":
+                assert work.pcm is not None
+                samples = resampler.process(work.pcm.astype(np.float32) / 32768.0)
+                fed_s = len(samples) / SAMPLE_RATE
+                signals = item.turns.observe(samples, stream.audio_time)
+                events += self._events(item, stream.feed(samples), latencies)
+            elif work.kind == "commit":
+                tail = resampler.flush()
+                fed_s = len(tail) / SAMPLE_RATE
+                events += self._events(item, stream.feed(tail), latencies)
+                events += self._events(item, stream.finish(), latencies)
+                events.append(server_event(
+                    "conversation.item.input_audio_transcription.completed", item_id=item.id, content_index=0,
+                    transcript="".join(item.deltas),
+                    usage={"type": "duration", "seconds": round(stream.audio_time, 3)}))
+                with self.metrics.lock:
+                    self.metrics.items_completed += 1
+                item.stream = None  # the item is done: free its caches
+        except Exception as err:  # noqa: BLE001 - a failed item must not take the session down
+            item.failed = True
+            item.stream = None
+            self.metrics.error("server_error", TRANSCRIPTION_FAILED)
+            events.append(server_event(
+                "conversation.item.input_audio_transcription.failed", item_id=item.id, content_index=0,
+                error={"type": "server_error", "code": TRANSCRIPTION_FAILED,
+                       "message": f"transcription failed: {type(err).__name__}: {err}", "param": None}))
+        self.metrics.processed(fed_s, time.perf_counter() - t0, latencies)
+        return WorkResult(events, signals)
+
+    def _events(self, item: Item, stream_events: list, latencies: list[float]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for ev in stream_events:
+            if isinstance(ev, Committed):
+                text = ev.text if item.deltas else ev.text.lstrip()
+                if not text:
+                    continue
+                item.deltas.append(text)
+                latencies.extend(max(0.0, w.emitted_at - w.end) for w in ev.words)
+                out.append(server_event("conversation.item.input_audio_transcription.delta", item_id=item.id,
+                                        content_index=0, delta=text))
+                if self.extensions:
+                    out.append(server_event("susurrus.words", item_id=item.id, words=[
+                        {"word": w.word, "start": w.start, "end": w.end, "emitted_at": w.emitted_at,
+                         "probability": w.probability} for w in ev.words]))
+            elif isinstance(ev, Interim) and self.extensions and ev.text != item.interim:
+                item.interim = ev.text
+                out.append(server_event("susurrus.interim", item_id=item.id, text=ev.text,
+                                        audio_time=round(ev.audio_time, 3)))
+        return out
+
+
+def _stream_kwargs(cfg: StreamConfig) -> dict[str, Any]:
+    """``model.stream`` arguments that rebuild exactly ``cfg``."""
+    return asdict(cfg)
+
+
+# ---------------------------------------------------------------------------- the session
+
+
+class RealtimeSession:
+    """One connection's protocol state (runs on the event loop; cheap calls only).
+
+    ``receive(message)`` returns the events to send at once and the work to queue, in order;
+    the server calls ``done(work)`` when the worker has run it. Errors become ``error`` events
+    (also counted in ``metrics``) and never end the session."""
+
+    def __init__(self, *, model_name: str, multilingual: bool, limits: Limits, metrics: Metrics,
+                 dialect: str = "ga", extensions: bool = True):
+        self.model_name = model_name
+        self.multilingual = multilingual
+        self.limits = limits
+        self.metrics = metrics
+        self.dialect = dialect  # "ga" or "beta": the names of the session events
+        self.extensions = extensions
+        self.id = new_id("sess")
+        self.settings = SessionSettings()
+        self.item: Item | None = None  # the uncommitted item, once audio arrived
+        self.previous_item_id: str | None = None
+        self.pending_s = 0.0  # accepted audio not yet transcribed
+        self.warned_turns = False
+
+    def opening_events(self) -> list[dict[str, Any]]:
+        name = "transcription_session.created" if self.dialect == "beta" else "session.created"
+        return [server_event(name, session=self._session())]
+
+    def _session(self, dialect: str | None = None) -> dict[str, Any]:
+        return session_object(self.settings, dialect=dialect or self.dialect, session_id=self.id,
+                              model_name=self.model_name)
+
+    def receive(self, data: str | bytes | None) -> tuple[list[dict[str, Any]], list[Work]]:
+        try:
+            event = parse_client_event(data, self.limits.max_message_bytes)
+            return self._handle(event)
+        except ProtocolError as err:
+            self.metrics.error(err.type, err.code)
+            return [error_event(err)], []
+
+    def _handle(self, event: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Work]]:
+        kind = event["type"]
+        event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+        try:
+            if kind in ("session.update", "transcription_session.update"):
+                return self._update(event, "beta" if kind.startswith("transcription_session") else "ga"), []
+            if kind == "input_audio_buffer.append":
+                return [], self._append(event)
+            if kind == "input_audio_buffer.commit":
+                return self.commit()
+            if kind == "input_audio_buffer.clear":
+                return self.clear()
+            if kind.startswith(("response.", "conversation.", "output_audio_buffer.")):
+                raise ProtocolError(UNSUPPORTED_EVENT, f"{kind!r} is not supported in a transcription session "
+                                                       "(only session.update, transcription_session.update and "
+                                                       "input_audio_buffer.append/commit/clear)", "type")
+            raise ProtocolError(UNKNOWN_EVENT, f"unknown event type {kind!r}", "type")
+        except ProtocolError as err:
+            err.event_id = err.event_id or event_id
+            raise
+
+    def _update(self, event: dict[str, Any], dialect: str) -> list[dict[str, Any]]:
+        buffered = self.item is not None and self.item.accepted_samples > 0
+        self.settings = apply_update(self.settings, event, multilingual=self.multilingual, buffered_audio=buffered)
+        name = "transcription_session.updated" if dialect == "beta" else "session.updated"
+        events = [server_event(name, session=self._session(dialect))]
+        if self.settings.turn_detection is not None and not self.warned_turns and self.extensions:
+            self.warned_turns = True
+            events.append(server_event(
+                "susurrus.warning", code="turn_detection_not_implemented",
+                message=f"turn_detection {self.settings.turn_detection.get('type')!r} is accepted but not "
+                        "implemented yet: audio is transcribed live, and items end when the client sends "
+                        "input_audio_buffer.commit"))
+        return events
+
+    def _append(self, event: dict[str, Any]) -> list[Work]:
+        pcm = decode_pcm16(event.get("audio"))
+        if not len(pcm):
+            return []
+        seconds = len(pcm) / self.settings.rate
+        if self.pending_s + seconds > self.limits.max_buffered_s:
+            raise ProtocolError(BUFFER_FULL, f"{self.pending_s:.1f} s of audio are waiting to be transcribed and this "
+                                             f"append of {seconds:.2f} s would pass the limit of "
+                                             f"{self.limits.max_buffered_s:g} s: it was rejected (earlier audio is "
+                                             "kept); send at speaking pace or retry later", "audio")
+        if self.item is None:
+            self.item = Item(new_id("item"), self.settings.rate, self.settings.stream_config(),
+                             turn_policy_for(self.settings.turn_detection))
+        self.item.accepted_samples += len(pcm)
+        self.pending_s += seconds
+        return [Work("append", self.item, pcm)]
+
+    def commit(self) -> tuple[list[dict[str, Any]], list[Work]]:
+        item = self.item
+        if item is None or item.accepted_samples == 0:
+            raise ProtocolError(COMMIT_EMPTY, "input audio buffer is empty: append audio before committing")
+        events = [server_event("input_audio_buffer.committed", item_id=item.id,
+                               previous_item_id=self.previous_item_id)]
+        self.previous_item_id = item.id
+        self.item = None
+        return events, [Work("commit", item)]
+
+    def clear(self) -> tuple[list[dict[str, Any]], list[Work]]:
+        if self.item is not None:
+            self.item.dropped = True  # queued appends for it are skipped by the worker
+            self.item = None
+        return [server_event("input_audio_buffer.cleared")], []
+
+    def turn(self, signal: TurnSignal) -> tuple[list[dict[str, Any]], list[Work]]:
+        """A turn-detection signal from the worker: speech_started/stopped events, and a commit."""
+        item = self.item
+        if item is None:
+            return [], []
+        events = [server_event(f"input_audio_buffer.{signal.kind}", item_id=item.id,
+                               audio_start_ms=signal.audio_ms) if signal.kind == "speech_started" else
+                  server_event(f"input_audio_buffer.{signal.kind}", item_id=item.id, audio_end_ms=signal.audio_ms)]
+        if signal.commit:
+            more, works = self.commit()
+            return events + more, works
+        return events, []
+
+    def done(self, work: Work) -> None:
+        if work.kind == "append":
+            self.pending_s = max(0.0, self.pending_s - work.audio_s)
+
+    def close(self, pending: Iterable[Work]) -> None:
+        """The connection ended: drop everything not yet transcribed."""
+        if self.item is not None:
+            self.item.dropped = True
+        for work in pending:
+            work.item.dropped = True
+            self.metrics.dropped(work.audio_s)

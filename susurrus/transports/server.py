@@ -1,0 +1,286 @@
+"""``susurrus serve``: the realtime server (Starlette on uvicorn).
+
+- ``/v1/realtime`` (and ``/realtime``): WebSocket speaking the OpenAI Realtime transcription
+  protocol (``realtime.py``);
+- ``/healthz``: JSON status; ``/metrics``: Prometheus text;
+- ``/``: the browser demo (``web/``).
+
+One model per server, shared by every session; each session has its own
+:class:`~susurrus.streaming.session.StreamSession` per item. Model work runs in a thread pool
+(torch releases the GIL), one job at a time per session and in order, so the event loop only
+moves messages and a slow session never blocks another's socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from susurrus.transports.realtime import (
+    INVALID_API_KEY,
+    SESSION_LIMIT,
+    Limits,
+    Metrics,
+    ProtocolError,
+    RealtimeSession,
+    Transcriber,
+    Work,
+    error_event,
+)
+
+WEB_DIR = Path(__file__).with_name("web")
+KEY_PROTOCOL = "openai-insecure-api-key."
+BETA_PROTOCOL = "openai-beta.realtime-v1"
+CLOSE_POLICY = 1008  # bad API key
+CLOSE_TRY_AGAIN = 1013  # too many sessions
+
+
+@dataclass
+class ServerState:
+    model: Any
+    limits: Limits
+    api_key: str | None
+    pool: ThreadPoolExecutor
+    metrics: Metrics = field(default_factory=Metrics)
+    extensions: bool = True
+
+    @property
+    def transcriber(self) -> Transcriber:
+        return Transcriber(self.model, self.metrics, self.extensions)
+
+
+def _offered_key(ws: WebSocket) -> str | None:
+    auth = ws.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    for proto in ws.scope.get("subprotocols", []):
+        if proto.startswith(KEY_PROTOCOL):
+            return proto[len(KEY_PROTOCOL):]
+    return None
+
+
+def _choose_subprotocol(ws: WebSocket) -> str | None:
+    """Browsers must get back one of the subprotocols they offered: ``realtime`` when offered,
+    otherwise the first that is not a key."""
+    offered = list(ws.scope.get("subprotocols", []))
+    if "realtime" in offered:
+        return "realtime"
+    return next((p for p in offered if not p.startswith(KEY_PROTOCOL)), None)
+
+
+async def _refuse(ws: WebSocket, state: ServerState, err: ProtocolError, close_code: int, subprotocol: str | None
+                  ) -> None:
+    """Accept only to say why, then close: browsers cannot read an HTTP refusal's body."""
+    state.metrics.error(err.type, err.code)
+    state.metrics.refused(err.code)
+    await ws.accept(subprotocol=subprotocol)
+    await ws.send_text(json.dumps(error_event(err)))
+    await ws.close(code=close_code, reason=err.message[:120])
+
+
+async def realtime_endpoint(ws: WebSocket) -> None:
+    state: ServerState = ws.app.state.susurrus
+    subprotocol = _choose_subprotocol(ws)
+    if state.api_key is not None and _offered_key(ws) != state.api_key:
+        err = ProtocolError(INVALID_API_KEY, "missing or invalid API key: send 'Authorization: Bearer KEY' or the "
+                                             f"WebSocket subprotocol '{KEY_PROTOCOL}KEY'",
+                            type="authentication_error")
+        await _refuse(ws, state, err, CLOSE_POLICY, subprotocol)
+        return
+    with state.metrics.lock:  # the loop is single-threaded, so this check-and-take is atomic
+        full = state.metrics.sessions_open >= state.limits.max_sessions
+        if not full:
+            state.metrics.sessions_open += 1
+            state.metrics.sessions_total += 1
+    if full:
+        err = ProtocolError(SESSION_LIMIT, f"the server is at its limit of {state.limits.max_sessions} concurrent "
+                                           "sessions; try again later", type="server_error")
+        await _refuse(ws, state, err, CLOSE_TRY_AGAIN, subprotocol)
+        return
+    try:
+        await _run_session(ws, state, subprotocol)
+    finally:
+        with state.metrics.lock:
+            state.metrics.sessions_open -= 1
+
+
+async def _run_session(ws: WebSocket, state: ServerState, subprotocol: str | None) -> None:
+    beta = (ws.headers.get("openai-beta", "").startswith("realtime")
+            or BETA_PROTOCOL in ws.scope.get("subprotocols", []))
+    session = RealtimeSession(model_name=state.model.name, multilingual=state.model.is_multilingual,
+                              limits=state.limits, metrics=state.metrics, dialect="beta" if beta else "ga",
+                              extensions=state.extensions)
+    transcriber = state.transcriber
+    loop = asyncio.get_running_loop()
+    outbound: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    work_queue: asyncio.Queue[Work | None] = asyncio.Queue()
+    await ws.accept(subprotocol=subprotocol)
+
+    def queue(events: list[dict[str, Any]], works: list[Work]) -> None:
+        for event in events:
+            outbound.put_nowait(event)
+        for work in works:
+            work_queue.put_nowait(work)
+
+    async def send_loop() -> None:
+        while (event := await outbound.get()) is not None:
+            await ws.send_text(json.dumps(event))
+
+    async def work_loop() -> None:
+        while (work := await work_queue.get()) is not None:
+            result = await loop.run_in_executor(state.pool, transcriber.run, work)
+            session.done(work)
+            queue(result.events, [])
+            for signal in result.signals:
+                queue(*session.turn(signal))
+
+    sender = asyncio.create_task(send_loop())
+    worker = asyncio.create_task(work_loop())
+    queue(session.opening_events(), [])
+    try:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            queue(*session.receive(message.get("text") if message.get("text") is not None else message.get("bytes")))
+            if sender.done():  # the socket failed while sending
+                break
+    except WebSocketDisconnect:
+        pass
+    finally:
+        worker.cancel()
+        pending: list[Work] = []
+        while not work_queue.empty():
+            work = work_queue.get_nowait()
+            if work is not None:
+                pending.append(work)
+        session.close(pending)
+        outbound.put_nowait(None)
+        sender.cancel()
+        for task in (worker, sender):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+async def healthz(request: Request) -> JSONResponse:
+    state: ServerState = request.app.state.susurrus
+    return JSONResponse({"status": "ok", "model": state.model.name, "sessions_open": state.metrics.sessions_open,
+                         "max_sessions": state.limits.max_sessions})
+
+
+async def metrics(request: Request) -> PlainTextResponse:
+    state: ServerState = request.app.state.susurrus
+    return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None = None, workers: int | None = None,
+               extensions: bool = True) -> Starlette:
+    """The ASGI app around a loaded :class:`~susurrus.api.WhisperModel`."""
+    limits = limits or Limits()
+    model.stream()  # computes the model's shared end-of-audio context once, before threads race for it
+    pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2, thread_name_prefix="susurrus-model")
+    routes = [
+        WebSocketRoute("/v1/realtime", realtime_endpoint),
+        WebSocketRoute("/realtime", realtime_endpoint),
+        Route("/healthz", healthz),
+        Route("/metrics", metrics),
+        Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.susurrus = ServerState(model=model, limits=limits, api_key=api_key, pool=pool, extensions=extensions)
+    return app
+
+
+def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_level: str = "info") -> Any:
+    import uvicorn
+
+    # messages up to 4x the limit get a clear error event and the session goes on; beyond that
+    # the WebSocket layer closes the connection (1009) before the message is read
+    return uvicorn.Config(app, host=host, port=port, ws="websockets-sansio", lifespan="on",
+                          ws_max_size=4 * limits.max_message_bytes, log_level=log_level)
+
+
+def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, *, limits: Limits | None = None,
+          api_key: str | None = None, workers: int | None = None, log_level: str = "info") -> None:
+    import uvicorn
+
+    limits = limits or Limits()
+    app = create_app(model, limits=limits, api_key=api_key, workers=workers)
+    uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run()
+
+
+class BackgroundServer:
+    """A real server on loopback in a background thread (tests, benchmarks)::
+
+        with BackgroundServer(model) as server:
+            server.url  # ws://127.0.0.1:PORT/v1/realtime
+    """
+
+    def __init__(self, model: Any, host: str = "127.0.0.1", port: int = 0, **options: Any):
+        import socket
+
+        import uvicorn
+
+        limits = options.pop("limits", Limits())
+        self.app = create_app(model, limits=limits, **options)
+        if port == 0:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+        self.host, self.port = host, port
+        self.server = uvicorn.Server(uvicorn_config(self.app, host, port, limits, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, name="susurrus-server", daemon=True)
+
+    @property
+    def state(self) -> ServerState:
+        return self.app.state.susurrus
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"ws://{self.host}:{self.port}/v1/realtime"
+
+    def start(self) -> BackgroundServer:
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"server on {self.host}:{self.port} did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
