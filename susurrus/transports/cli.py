@@ -206,6 +206,36 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import susurrus
+    from susurrus.transports.realtime import Limits
+    from susurrus.transports.server import serve
+
+    model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
+    limits = Limits(max_message_bytes=args.max_message_kb * 1024, max_buffered_s=args.max_buffered_s,
+                    max_sessions=args.max_sessions)
+    shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0", "::") else args.host
+    print(f"susurrus: demo at http://{shown}:{args.port}/ , OpenAI Realtime transcription at "
+          f"ws://{shown}:{args.port}/v1/realtime", file=sys.stderr)
+    serve(model, args.host, args.port, limits=limits, api_key=args.api_key, workers=args.workers,
+          log_level=args.log_level)
+    return 0
+
+
+def _cmd_client(args: argparse.Namespace) -> int:
+    from susurrus.transports.client import main_client
+
+    if (args.input is None) == (not args.mic):
+        print("susurrus client: give an audio FILE or --mic (one of them)", file=sys.stderr)
+        return 2
+    if args.input is not None and not Path(args.input).exists():
+        print(f"susurrus client: {args.input}: no such file", file=sys.stderr)
+        return 2
+    return main_client(args.url, args.input, mic=args.mic, realtime=args.realtime, rate=args.rate,
+                       block_ms=args.block_ms, latency=args.latency, language=args.language,
+                       api_key=args.api_key)
+
+
 def _add_stream_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency", choices=["low", "medium", "high"], default="medium",
                    help="preset trading latency for accuracy (default: %(default)s); the explicit "
@@ -293,6 +323,44 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sweep", action="store_true", help="run the low, medium and high presets")
     b.add_argument("--plot", default=None, help="write a WER-versus-latency plot (PNG) here")
     b.set_defaults(func=_cmd_bench)
+
+    v = sub.add_parser("serve", help="realtime server: OpenAI Realtime transcription over WebSocket, browser demo",
+                       description="Serve the streaming engine over the OpenAI Realtime transcription protocol "
+                                   "(WebSocket /v1/realtime), with a browser demo at /, /healthz and /metrics "
+                                   "(Prometheus). One model is loaded and shared by all sessions.")
+    v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    v.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    _add_model_args(v)
+    v.add_argument("--api-key", default=None,
+                   help="refuse connections without 'Authorization: Bearer KEY' or the WebSocket subprotocol "
+                        "'openai-insecure-api-key.KEY' (browsers)")
+    v.add_argument("--workers", type=int, default=None,
+                   help="model worker threads shared by all sessions (default: CPU count)")
+    v.add_argument("--max-sessions", type=int, default=16,
+                   help="concurrent sessions; more are refused (default: %(default)s)")
+    v.add_argument("--max-message-kb", type=int, default=1024,
+                   help="largest client message in KiB (default: %(default)s)")
+    v.add_argument("--max-buffered-s", type=float, default=20.0,
+                   help="audio per session accepted but not yet transcribed, in seconds; an append beyond it "
+                        "is rejected with an error (default: %(default)s)")
+    v.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    v.set_defaults(func=_cmd_serve)
+
+    c = sub.add_parser("client", help="stream a file or the microphone to a realtime server",
+                       description="Connect to a susurrus (or any OpenAI Realtime transcription) server, stream "
+                                   "audio as one item and print committed text live (interim dimmed on a "
+                                   "terminal).")
+    c.add_argument("url", help="WebSocket URL, e.g. ws://127.0.0.1:8000/v1/realtime")
+    c.add_argument("input", nargs="?", metavar="FILE", help="an audio file to stream")
+    c.add_argument("--mic", action="store_true", help="stream the microphone (needs sounddevice) until Ctrl+C")
+    c.add_argument("--realtime", action="store_true", help="pace a file at speaking speed")
+    c.add_argument("--rate", type=int, choices=[16000, 24000], default=24000,
+                   help="sample rate sent (default: %(default)s, OpenAI's)")
+    c.add_argument("--block-ms", type=int, default=100, help="audio per append message (default: %(default)s)")
+    c.add_argument("--latency", choices=["low", "medium", "high"], default=None, help="latency preset")
+    c.add_argument("--language", default=None, help="language code (multilingual models)")
+    c.add_argument("--api-key", default=None, help="sent as 'Authorization: Bearer KEY'")
+    c.set_defaults(func=_cmd_client)
     return parser
 
 
