@@ -185,6 +185,10 @@ class TurnConfig:
     # Hysteresis: once in speech, frames stay speech down to this probability (Silero's own
     # iterator uses threshold - 0.15). None: the threshold itself (plain OpenAI semantics).
     end_threshold: float | None = None
+    # Speech needed before a turn starts (0: the first speech frame starts it, as OpenAI). With
+    # e.g. 64, isolated one-frame blips in noise start no turn; the reported onset is unchanged
+    # (the first speech frame), only the event comes later.
+    min_speech_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -207,7 +211,8 @@ class TurnState:
     config: TurnConfig = field(default_factory=TurnConfig)
     frames_seen: int = 0  # probabilities consumed (frame index of the next one)
     in_speech: bool = False
-    speech_start_frame: int = -1  # first frame of the current turn
+    candidate_frames: int = 0  # speech frames in a row not yet enough to start a turn (min_speech_ms)
+    speech_start_frame: int = -1  # first frame of the current (or candidate) turn
     last_speech_frame: int = -1  # last frame at or above the threshold in the current turn
 
 
@@ -221,15 +226,23 @@ def push_turn(state: TurnState, probs: np.ndarray, silence_duration_ms: int | No
     silence = cfg.silence_duration_ms if silence_duration_ms is None else silence_duration_ms
     silence_frames = max(1, -(-int(silence) // FRAME_MS))  # ceil
     stay = cfg.threshold if cfg.end_threshold is None else cfg.end_threshold
+    need = max(1, -(-int(cfg.min_speech_ms) // FRAME_MS))
     events: list[TurnEvent] = []
     for p in np.asarray(probs, dtype=np.float32).reshape(-1):
         i = state.frames_seen
         state.frames_seen += 1
         if not state.in_speech:
-            if p >= cfg.threshold:
+            if p < cfg.threshold:
+                state.candidate_frames = 0
+                continue
+            if state.candidate_frames == 0:
+                state.speech_start_frame = i
+            state.candidate_frames += 1
+            state.last_speech_frame = i
+            if state.candidate_frames >= need:
                 state.in_speech = True
-                state.speech_start_frame = state.last_speech_frame = i
-                onset = i * FRAME_MS
+                state.candidate_frames = 0
+                onset = state.speech_start_frame * FRAME_MS
                 events.append(SpeechStarted(max(0, onset - cfg.prefix_padding_ms), onset))
             continue
         if p >= stay:

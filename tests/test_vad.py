@@ -1,0 +1,226 @@
+"""Voice activity (Silero VAD), speech turns, text-aware end of turn and the hallucination guard,
+on real recorded speech and deterministic non-speech signals."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from susurrus.audio.io import decode_audio
+from susurrus.evaluation import signals
+from susurrus.streaming.hallucination import (
+    hallucination_verdict,
+    is_known_hallucination,
+    is_non_verbal,
+)
+from susurrus.streaming.vad import (
+    FRAME_MS,
+    FRAME_SAMPLES,
+    SpeechStarted,
+    SpeechStopped,
+    TurnConfig,
+    TurnState,
+    VadState,
+    finish_turn,
+    is_speech_padded,
+    load_vad,
+    push_turn,
+    push_vad,
+    silero_model_path,
+    speech_fraction,
+    text_turn_silence_ms,
+    vad_probs,
+)
+
+
+@pytest.fixture(scope="module")
+def vad():
+    return load_vad()
+
+
+def run(vad, audio: np.ndarray, state: VadState | None = None, final: bool = True) -> np.ndarray:
+    return push_vad(vad, state if state is not None else VadState(), audio, final=final)
+
+
+@pytest.fixture(scope="module")
+def two_utterances(longform_items):
+    """The first two utterances of the LJSpeech long-form stream (tight boundaries, 0.4 s pause
+    between them), with 1.5 s of digital silence inserted between them."""
+    item = next((i for i in longform_items if i.id.startswith("dev_ljspeech")), None)
+    if item is None:
+        pytest.skip("the LJSpeech long-form stream is not in the manifest")
+    segs = item.segments[:2]
+    audio = decode_audio(str(item.audio))[: int((segs[1]["end_s"] + 0.3) * 16000)]
+    return signals.insert_gaps(audio, segs, 1.5)
+
+
+def test_model_ships_in_package():
+    path = silero_model_path()
+    assert path.exists() and path.suffix == ".onnx"
+    assert "site-packages" in str(path) or "silero_vad" in str(path)
+
+
+def test_vad_same_probabilities_however_chunked(vad, dev_item):
+    audio = decode_audio(str(dev_item("jfk_inaugural").audio))[: 6 * 16000]
+    whole = run(vad, audio)
+    rng = np.random.default_rng(0)
+    state, parts, i = VadState(), [], 0
+    while i < len(audio):
+        k = int(rng.choice([0, 1, 7, 511, 512, 513, 1600, 5120]))
+        parts.append(push_vad(vad, state, audio[i:i + k]))
+        i += k
+    parts.append(push_vad(vad, state, np.zeros(0, np.float32), final=True))
+    pieces = np.concatenate(parts)
+    assert len(whole) == len(pieces) == -(-len(audio) // FRAME_SAMPLES)
+    np.testing.assert_allclose(pieces, whole, atol=1e-6)
+    assert state.frames_done == len(whole) and len(state.remainder) == 0
+
+
+def test_vad_history_is_bounded(vad):
+    state = VadState(history_frames=40)
+    x = signals.white_noise(5.0, level_dbfs=-40.0, seed=3)
+    out = np.concatenate([push_vad(vad, state, x[i:i + 3000]) for i in range(0, len(x), 3000)])
+    assert state.frames_done == len(out) == len(x) // FRAME_SAMPLES
+    assert 40 <= len(state.probs) <= 80
+    assert state.probs_start + len(state.probs) == state.frames_done
+    f0, recent = vad_probs(state, (state.frames_done - 10) * FRAME_MS, state.frames_done * FRAME_MS)
+    np.testing.assert_array_equal(recent, out[-10:])
+    assert f0 == state.frames_done - 10
+    assert len(vad_probs(state, 0, 100)[1]) == 0  # forgotten
+    assert speech_fraction(state, 0, 100) is None
+    assert is_speech_padded(state, 0, 100)  # unknown counts as speech (conservative)
+
+
+@pytest.mark.parametrize("kind", ["silence", "white", "pink", "music"])
+def test_vad_says_non_speech_on_synthetic_signals(vad, kind):
+    peaks = []
+    for seed in range(2):
+        probs = run(vad, signals.GENERATORS[kind](4.0, seed=seed))
+        peaks.append(float(probs.max()))
+    print(f"{kind} at -20 dBFS: max speech probability {max(peaks):.3f}")
+    assert max(peaks) < 0.5
+
+
+def test_vad_on_packaged_chimes(vad):
+    """Real non-speech recordings: the two 1 s notification chimes moonshine-voice ships."""
+    spec = importlib.util.find_spec("moonshine_voice")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("moonshine-voice (a dev dependency) not installed")
+    assets = Path(list(spec.submodule_search_locations)[0]) / "assets"
+    for name in ("success.wav", "error.wav"):
+        if not (assets / name).exists():
+            pytest.skip(f"{name} not in moonshine-voice's assets")
+        probs = run(vad, decode_audio(str(assets / name)))
+        print(f"{name}: max speech probability {probs.max():.3f}")
+        assert probs.max() < 0.5
+
+
+def test_vad_says_speech_on_real_recording(vad, dev_item):
+    item = dev_item("jfk_inaugural")
+    state = VadState()
+    run(vad, decode_audio(str(item.audio)), state)
+    frac = speech_fraction(state, 0, 1000 * item.duration_s)
+    assert frac is not None and frac > 0.5
+    assert is_speech_padded(state, 0, 1000 * item.duration_s)
+
+
+def test_turns_around_inserted_gap(vad, two_utterances):
+    audio, segs = two_utterances
+    probs = run(vad, audio)
+    state, events = TurnState(), []
+    for i in range(0, len(probs), 7):  # a few frames at a time, as a session would
+        events += push_turn(state, probs[i:i + 7])
+    events += finish_turn(state)
+    kinds = [type(e) for e in events]
+    assert kinds == [SpeechStarted, SpeechStopped, SpeechStarted, SpeechStopped], events
+    (s0, e0, s1, e1) = events
+    starts = [1000 * s["start_s"] for s in segs]
+    ends = [1000 * s["end_s"] for s in segs]
+    assert abs(s0.speech_start_ms - starts[0]) <= 300 and abs(s1.speech_start_ms - starts[1]) <= 300
+    assert abs(e0.speech_end_ms - ends[0]) <= 300 and abs(e1.speech_end_ms - ends[1]) <= 300
+    assert s0.audio_start_ms == max(0, s0.speech_start_ms - 300)
+    assert s1.audio_start_ms == s1.speech_start_ms - 300
+    # OpenAI's audio_end_ms includes the silence that ended the turn (500 ms, in 32 ms frames)
+    assert e0.audio_end_ms == e0.speech_end_ms + 16 * FRAME_MS
+    assert e0.audio_end_ms < s1.speech_start_ms  # decided inside the gap
+    # compute gating: the middle of the gap is not speech, its edges are within padding
+    vs = VadState()
+    run(vad, audio, vs)
+    mid = (ends[0] + starts[1]) / 2
+    assert not is_speech_padded(vs, mid - 100, mid + 100)
+    assert is_speech_padded(vs, ends[0] + 200, ends[0] + 300)
+    assert is_speech_padded(vs, starts[1] - 250, starts[1] - 150)
+
+
+def test_turn_semantics_on_synthetic_probabilities():
+    p = np.array([0.9] * 10 + [0.1] * 15 + [0.8] * 3 + [0.0] * 20, dtype=np.float32)
+    state = TurnState()
+    ev = push_turn(state, p)
+    # a 15-frame (480 ms) pause does not end the turn; 16 frames (512 ms >= 500 ms) do
+    assert ev == [SpeechStarted(0, 0), SpeechStopped(28 * 32 + 16 * 32, 28 * 32)]
+    # the caller can ask for a shorter silence (e.g. after a finished sentence)
+    ev = push_turn(TurnState(), p, silence_duration_ms=250)
+    assert [type(e) for e in ev] == [SpeechStarted, SpeechStopped, SpeechStarted, SpeechStopped]
+    assert ev[1] == SpeechStopped(10 * 32 + 8 * 32, 10 * 32)
+    # min_speech_ms: an isolated one-frame blip starts no turn; the onset is still the first frame
+    blip = np.array([0.0] * 20 + [0.9] + [0.0] * 20 + [0.9] * 4 + [0.0] * 20, dtype=np.float32)
+    assert len(push_turn(TurnState(), blip)) == 4
+    ev = push_turn(TurnState(config=TurnConfig(min_speech_ms=96)), blip)
+    assert ev[0] == SpeechStarted(41 * 32 - 300, 41 * 32) and len(ev) == 2
+    # an open turn is closed at the end of the stream
+    st = TurnState()
+    assert push_turn(st, np.full(5, 0.9, np.float32)) == [SpeechStarted(0, 0)]
+    assert finish_turn(st) == [SpeechStopped(160, 160)]
+
+
+def test_text_turn_silence():
+    assert text_turn_silence_ms("I will be there at noon.") == 250
+    assert text_turn_silence_ms("Are you coming?") == 250
+    assert text_turn_silence_ms('He said "stop!"') == 250
+    assert text_turn_silence_ms("I went to the store and") == 1000
+    assert text_turn_silence_ms("I went to the store,") == 1000
+    assert text_turn_silence_ms("Let me think, um") == 1000
+    assert text_turn_silence_ms("So, um.") == 1000
+    assert text_turn_silence_ms("I was going to...") == 1000
+    assert text_turn_silence_ms("We met Dr.") == 500
+    assert text_turn_silence_ms("I went to the store") == 500
+    assert text_turn_silence_ms("") == 500
+    assert text_turn_silence_ms("Done.", base_silence_ms=800) == 400
+
+
+def test_hallucination_phrases():
+    for text in ["Thank you.", "Thanks for watching!", "Thanks for watching! Thanks for watching!",
+                 "Subtitles by the Amara.org community", "Please subscribe.", " you", "Bye.",
+                 "Sous-titres réalisés par la communauté d'Amara.org", "ご視聴ありがとうございました"]:
+        assert is_known_hallucination(text), text
+        assert hallucination_verdict(text, speech_fraction=0.3).drop, text
+        assert hallucination_verdict(text, no_speech_prob=0.8).drop, text
+        assert not hallucination_verdict(text, speech_fraction=0.9).drop, text  # said over speech: kept
+        assert not hallucination_verdict(text).drop, text  # no evidence: kept
+    for text in ["♪", "♪ ♪", "[Music]", "(upbeat music)", "[BLANK_AUDIO]"]:
+        assert is_non_verbal(text) and hallucination_verdict(text, speech_fraction=1.0).drop
+    for text in ["Thank you for the wonderful dinner.", "I said thank you.", "You know what I mean."]:
+        assert not is_known_hallucination(text)
+        assert not hallucination_verdict(text, speech_fraction=0.3).drop
+    assert hallucination_verdict("anything at all", speech_fraction=0.1).drop  # VAD: no speech there
+
+
+def test_guard_on_noise_and_never_on_real_speech(vad, dev_items, longform_items):
+    noise = VadState()
+    run(vad, signals.pink_noise(3.0, seed=1), noise)
+    frac = speech_fraction(noise, 0, 3000)
+    assert hallucination_verdict("Thanks for watching!", speech_fraction=frac).drop
+    texts = [i.text for i in dev_items] + [s["text"] for i in longform_items for s in i.segments]
+    texts += ["Thank you.", "Okay.", "You.", "Bye."]  # real words, when said
+    for item in dev_items:
+        state = VadState()
+        run(vad, decode_audio(str(item.audio)), state)
+        frac = speech_fraction(state, 0, 1000 * item.duration_s, pad_ms=100)
+        assert frac is not None and frac >= 0.4, item.id
+        assert not hallucination_verdict(item.text, speech_fraction=frac).drop, item.id
+    for text in texts:
+        assert not hallucination_verdict(text, speech_fraction=0.6).drop, text
+        assert not hallucination_verdict(text, speech_fraction=0.6, no_speech_prob=0.9).drop, text
