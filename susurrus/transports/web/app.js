@@ -1,0 +1,248 @@
+// susurrus demo: microphone (or a file played as if live) -> AudioWorklet -> PCM16 at 24 kHz ->
+// OpenAI Realtime transcription events over a WebSocket -> committed text plain, interim dimmed.
+"use strict";
+
+const RATE = 24000; // OpenAI's PCM rate; the AudioContext resamples the microphone to it
+const BLOCK = RATE / 10; // 100 ms per append
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  start: $("start"), stop: $("stop"), latency: $("latency"), file: $("file"), apikey: $("apikey"),
+  level: $("level"), status: $("status"), transcript: $("transcript"), wsurl: $("wsurl"),
+  wordinfo: $("wordinfo"),
+};
+const wsUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
+ui.wsurl.textContent = wsUrl;
+
+let run = null; // the live capture: {ws, ctx, node, media, source, sent}
+const items = new Map(); // item_id -> {el, committed, interim, first}
+let completed = 0;
+
+function setState(state, message) {
+  document.body.dataset.state = state;
+  if (message !== undefined) ui.status.textContent = message;
+  const busy = state !== "idle";
+  ui.start.disabled = busy;
+  ui.file.disabled = busy;
+  ui.stop.disabled = state !== "live";
+}
+
+function item(id) {
+  let it = items.get(id);
+  if (!it) {
+    const el = document.createElement("p");
+    el.className = "item";
+    el.dataset.itemId = id;
+    const committed = document.createElement("span");
+    committed.className = "committed";
+    const interim = document.createElement("span");
+    interim.className = "interim";
+    el.append(committed, interim);
+    ui.transcript.append(el);
+    it = { el, committed, interim, first: true, pendingDelta: null };
+    items.set(id, it);
+  }
+  return it;
+}
+
+function fmt(t) { return `${Number(t).toFixed(2)} s`; }
+
+function onEvent(ev) {
+  switch (ev.type) {
+    case "session.created":
+    case "session.updated":
+      break;
+    case "conversation.item.input_audio_transcription.delta": {
+      // plain committed text; replaced by word spans when susurrus.words follows
+      const it = item(ev.item_id);
+      const span = document.createElement("span");
+      span.className = "delta";
+      span.textContent = ev.delta || "";
+      it.committed.append(span);
+      it.pendingDelta = span;
+      it.first = false;
+      break;
+    }
+    case "susurrus.words": {
+      const it = item(ev.item_id);
+      const target = it.pendingDelta || it.committed.appendChild(document.createElement("span"));
+      target.textContent = "";
+      const atStart = it.committed.firstChild === target;
+      ev.words.forEach((w, i) => {
+        const span = document.createElement("span");
+        span.className = "word";
+        span.textContent = atStart && i === 0 ? w.word.trimStart() : w.word;
+        span.title = `${fmt(w.start)} – ${fmt(w.end)}, committed at ${fmt(w.emitted_at)} ` +
+          `(+${(w.emitted_at - w.end).toFixed(2)} s), p=${Number(w.probability).toFixed(2)}`;
+        target.append(span);
+      });
+      it.pendingDelta = null;
+      break;
+    }
+    case "susurrus.interim":
+      item(ev.item_id).interim.textContent = ev.text;
+      break;
+    case "input_audio_buffer.committed":
+      break;
+    case "conversation.item.input_audio_transcription.completed": {
+      const it = item(ev.item_id);
+      it.interim.textContent = "";
+      it.el.classList.add("done");
+      it.el.dataset.transcript = ev.transcript;
+      completed += 1;
+      document.body.dataset.itemsCompleted = String(completed);
+      finish("Done.");
+      break;
+    }
+    case "conversation.item.input_audio_transcription.failed":
+      item(ev.item_id).el.classList.add("failed");
+      finish(`Transcription failed: ${ev.error && ev.error.message}`);
+      break;
+    case "susurrus.warning":
+      ui.status.textContent = ev.message;
+      break;
+    case "error":
+      ui.status.textContent = `Server error (${ev.error.code}): ${ev.error.message}`;
+      if (ev.error.code === "invalid_api_key" || ev.error.code === "session_limit_reached") finish();
+      break;
+    default:
+      break;
+  }
+}
+
+function toBase64(buffer) {
+  const bytes = new Uint8Array(buffer);
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    binary += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(binary);
+}
+
+function connect() {
+  const key = ui.apikey.value.trim();
+  const protocols = ["realtime"];
+  if (key) protocols.push(`openai-insecure-api-key.${key}`);
+  const ws = new WebSocket(wsUrl, protocols);
+  ws.onmessage = (msg) => onEvent(JSON.parse(msg.data));
+  ws.onclose = (e) => {
+    if (run && run.ws === ws) {
+      teardown();
+      setState("idle", `Connection closed${e.reason ? `: ${e.reason}` : ""}.`);
+    }
+  };
+  return new Promise((resolve, reject) => {
+    ws.onopen = () => {
+      ws.send(JSON.stringify({
+        type: "session.update",
+        session: {
+          type: "transcription",
+          audio: { input: { format: { type: "audio/pcm", rate: RATE }, turn_detection: null,
+                            transcription: { model: "susurrus" } } },
+          susurrus: { latency: ui.latency.value },
+        },
+      }));
+      resolve(ws);
+    };
+    ws.onerror = () => reject(new Error(`cannot connect to ${wsUrl}`));
+  });
+}
+
+async function begin(makeSource, label) {
+  setState("connecting", "Connecting…");
+  try {
+    const ws = await connect();
+    const ctx = new AudioContext({ sampleRate: RATE });
+    await ctx.audioWorklet.addModule("pcm-worklet.js");
+    const node = new AudioWorkletNode(ctx, "pcm16-capture", { processorOptions: { blockSamples: BLOCK } });
+    const mute = ctx.createGain();
+    mute.gain.value = 0;
+    node.connect(mute).connect(ctx.destination); // keeps the worklet pulled by the graph, silently
+    run = { ws, ctx, node, media: null, source: null, sent: 0 };
+    node.port.onmessage = (e) => {
+      if (!run || run.ws.readyState !== WebSocket.OPEN) return;
+      run.ws.send(JSON.stringify({ type: "input_audio_buffer.append", audio: toBase64(e.data.pcm) }));
+      run.sent += e.data.pcm.byteLength / 2;
+      const db = 20 * Math.log10(Math.max(e.data.rms, 1e-5));
+      ui.level.style.width = `${Math.max(0, Math.min(100, (db + 60) * (100 / 60)))}%`;
+    };
+    await makeSource(ctx, node);
+    await ctx.resume();
+    setState("live", label);
+  } catch (err) {
+    teardown();
+    setState("idle", `Could not start: ${err.message || err}`);
+  }
+}
+
+async function micSource(ctx, node) {
+  const media = await navigator.mediaDevices.getUserMedia({
+    audio: { channelCount: 1, echoCancellation: false, noiseSuppression: false, autoGainControl: false },
+  });
+  run.media = media;
+  run.source = ctx.createMediaStreamSource(media);
+  run.source.connect(node);
+}
+
+function fileSource(file) {
+  return async (ctx, node) => {
+    const audio = await ctx.decodeAudioData(await file.arrayBuffer()); // resampled to 24 kHz
+    const source = ctx.createBufferSource();
+    source.buffer = audio;
+    source.connect(node); // the same capture path as the microphone, paced by the audio clock
+    source.connect(ctx.destination); // and heard
+    source.onended = () => stop();
+    run.source = source;
+    source.start();
+  };
+}
+
+function teardown() {
+  if (!run) return;
+  const r = run;
+  run = null;
+  if (r.media) r.media.getTracks().forEach((t) => t.stop());
+  try { if (r.source) r.source.disconnect(); } catch (e) { /* already gone */ }
+  r.ctx.close().catch(() => {});
+  if (r.ws.readyState === WebSocket.OPEN) r.ws.close();
+  ui.level.style.width = "0%";
+}
+
+function stop() {
+  if (!run || document.body.dataset.state !== "live") return;
+  setState("finishing", "Finishing the last words…");
+  if (run.media) run.media.getTracks().forEach((t) => t.stop());
+  try { run.source.disconnect(); } catch (e) { /* already gone */ }
+  run.node.port.postMessage({ flush: true });
+  // the flushed block arrives on the port; commit after it
+  setTimeout(() => {
+    if (!run) return;
+    if (run.sent > 0) run.ws.send(JSON.stringify({ type: "input_audio_buffer.commit" }));
+    else finish("Nothing was captured.");
+  }, 100);
+}
+
+function finish(message) {
+  teardown();
+  setState("idle", message);
+}
+
+ui.transcript.addEventListener("mouseover", (e) => {
+  if (e.target.classList && e.target.classList.contains("word")) {
+    ui.wordinfo.textContent = `“${e.target.textContent.trim()}”: ${e.target.title}`;
+  }
+});
+ui.start.onclick = () => begin(micSource, "Listening… speak, then press Stop.");
+ui.stop.onclick = () => stop();
+ui.file.onchange = () => {
+  const file = ui.file.files[0];
+  if (file) begin(fileSource(file), `Streaming ${file.name} as if live…`);
+  ui.file.value = "";
+};
+ui.latency.onchange = () => {
+  if (run && run.ws.readyState === WebSocket.OPEN) {
+    run.ws.send(JSON.stringify({ type: "session.update", session: { type: "transcription",
+      susurrus: { latency: ui.latency.value } } }));
+    ui.status.textContent = `Latency ${ui.latency.value}: applies from the next item.`;
+  }
+};
