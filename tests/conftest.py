@@ -60,3 +60,27 @@ def base():
         return susurrus.load_model("base")
     except ModelNotFoundError as err:
         pytest.skip(f"multilingual base not installed: {err}")
+
+
+# ---------------------------------------------------------------- the realtime server on loopback
+
+@pytest.fixture(scope="session")
+def server(tiny):
+    """A real uvicorn server on a free loopback port, sharing the tiny.en model."""
+    from susurrus.transports.realtime import Limits
+    from susurrus.transports.server import BackgroundServer
+
+    limits = Limits(max_message_bytes=256 * 1024, max_buffered_s=30.0, max_sessions=8)
+    with BackgroundServer(tiny, limits=limits, workers=2) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def guarded_server(tiny):
+    """A second server with an API key, two sessions at most and 2 s of buffered audio at most."""
+    from susurrus.transports.realtime import Limits
+    from susurrus.transports.server import BackgroundServer
+
+    limits = Limits(max_message_bytes=64 * 1024, max_buffered_s=2.0, max_sessions=2)
+    with BackgroundServer(tiny, limits=limits, api_key="test-key", workers=2) as srv:
+        yield srv

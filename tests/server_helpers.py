@@ -1,0 +1,113 @@
+"""Helpers for the realtime server tests: a raw WebSocket client, metrics, reference transcripts."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from typing import Any
+
+import numpy as np
+from websockets.sync.client import ClientConnection, connect
+
+from susurrus.audio.io import resample
+from susurrus.transports.client import append_event, session_update, to_pcm16
+
+
+class Conn:
+    """A raw protocol client over ``websockets``; every event received is kept in ``events``."""
+
+    def __init__(self, url: str, **options: Any):
+        self._connect = connect(url, max_size=None, open_timeout=10, **options)
+        self.ws: ClientConnection = self._connect.__enter__()
+        self.events: list[dict[str, Any]] = []
+
+    def send(self, event: dict[str, Any] | str | bytes) -> None:
+        self.ws.send(event if isinstance(event, (str, bytes)) else json.dumps(event))
+
+    def recv(self, timeout: float = 60) -> dict[str, Any]:
+        event = json.loads(self.ws.recv(timeout=timeout))
+        self.events.append(event)
+        return event
+
+    def until(self, type: str, timeout: float = 120) -> dict[str, Any]:
+        """Receive until an event of ``type`` (returned); fails on a deadline, not a timing assert."""
+        deadline = time.monotonic() + timeout
+        while True:
+            event = self.recv(timeout=max(0.1, deadline - time.monotonic()))
+            if event["type"] == type:
+                return event
+
+    def errors(self) -> list[dict[str, Any]]:
+        return [e["error"] for e in self.events if e["type"] == "error"]
+
+    def append(self, pcm16: np.ndarray, block: int, event_prefix: str = "a") -> list[str]:
+        """Send ``pcm16`` in appends of ``block`` samples; returns their event ids in order."""
+        ids = []
+        for n, i in enumerate(range(0, len(pcm16), block)):
+            ids.append(f"{event_prefix}{n}")
+            self.send(append_event(pcm16[i:i + block], ids[-1]))
+        return ids
+
+    def close(self) -> None:
+        self._connect.__exit__(None, None, None)
+
+    def __enter__(self) -> Conn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def pcm16_at(audio16k: np.ndarray, rate: int) -> np.ndarray:
+    """What a client sends: the recording at ``rate`` as int16."""
+    return to_pcm16(audio16k if rate == 16000 else resample(audio16k, 16000, rate))
+
+
+def server_samples(pcm16: np.ndarray, rate: int) -> np.ndarray:
+    """The 16 kHz samples the server transcribes for ``pcm16`` sent at ``rate`` (its streaming
+    resampler equals offline resampling to float32 rounding)."""
+    x = pcm16.astype(np.float32) / 32768.0
+    return x if rate == 16000 else resample(x, rate, 16000)
+
+
+def stream_text(model, audio16k: np.ndarray, latency: str = "medium") -> str:
+    """What ``susurrus stream FILE --latency L`` prints for these samples: the same calls as the
+    command (``model.stream(latency)``, blocks of ``chunk_ms``, ``finish``)."""
+    stream = model.stream(latency)
+    block = stream.config.chunk_ms * 16
+    for i in range(0, len(audio16k), block):
+        stream.feed(audio16k[i:i + block])
+    stream.finish()
+    return stream.text.strip()
+
+
+def metrics(http_url: str) -> dict[str, float]:
+    """``/metrics`` parsed: ``{'name{labels}': value}``."""
+    text = urllib.request.urlopen(f"{http_url}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+def wait_for_metric(http_url: str, key: str, predicate, timeout: float = 30) -> float:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = metrics(http_url).get(key, 0.0)
+        if predicate(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def update_event(rate: int = 24000, **session: Any) -> dict[str, Any]:
+    event = session_update(rate)
+    event["session"].update(session)
+    return event
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[\w']+", text.lower())
