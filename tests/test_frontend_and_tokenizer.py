@@ -109,3 +109,30 @@ def test_int8_output_projection_stays_close(dev_item):
     # the text and end-of-text predictions agree (after <|startoftranscript|> the best two are
     # <|notimestamps|> and <|0.00|>, a near-tie that prompts force anyway)
     assert torch.equal(q.argmax(-1)[:, 1:], ref.argmax(-1)[:, 1:])
+
+
+def test_int8_shortlist_rescoring_gives_the_exact_argmax(dev_item, tiny):
+    """Streaming picks tokens from int8 logits rescored exactly on their top 32: on real
+    decoding (teacher-forced on a real transcript) every position's argmax equals the float32
+    one, and the best logits are exact."""
+    from susurrus.audio.features import pad_or_trim
+
+    dec = tiny.net.decoder
+    audio = decode_audio(dev_item("ljspeech_LJ001-0002").audio)
+    tok = tiny.tokenizer
+    text = " in being comparatively modern. The earliest book printed with movable types."
+    tokens = torch.tensor([[tok.sot, tok.no_timestamps, *tok.encode(text)]])
+    with torch.inference_mode():
+        features = tiny.net.embed_audio(pad_or_trim(log_mel_spectrogram(audio))[None])
+        hidden, _, _ = dec(tokens, dec.new_cache(features), project=False)
+        exact = dec.project(hidden)[0]
+        approx = dec.project_approx(hidden[0])
+        assert (approx - exact).abs().max() > 1e-3  # the shortlist really is approximate
+        for i in range(tokens.shape[1]):
+            row = approx[i].clone()
+            row[tok.timestamp_begin:] = -float("inf")  # as the streaming rules do
+            mixed = dec.rescore(hidden[0, i], row)
+            ref = exact[i].clone()
+            ref[tok.timestamp_begin:] = -float("inf")
+            assert int(mixed.argmax()) == int(ref.argmax())
+            assert torch.allclose(mixed.max(), ref.max(), atol=1e-4)

@@ -248,23 +248,41 @@ class TextDecoder(nn.Module):
         """Call after loading weights for inference: caches the transposed output weight."""
         self.output_t = self.token_embedding.weight.detach().T.contiguous()
         self.output_int8 = None
+        self.shortlist_int8 = None
 
     def quantize_output(self) -> None:
-        """Project to the vocabulary with int8 weights (dynamic quantisation, fbgemm): ~4x
-        faster on CPU for one token; weights and activations are quantised, logits move by up
-        to ~1.3, so near-ties can flip (WER cost measured in docs/benchmarks.md)."""
-        import warnings
+        """Project to the vocabulary with int8 weights for every decode (lossy: logits move by
+        up to ~1.3, so near-ties can flip; WER cost measured in docs/benchmarks.md). Streaming
+        does not need this: :meth:`project_shortlist` is as fast and exact."""
+        self.output_int8 = _int8_linear(self.token_embedding.weight)
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import torch.ao.nn.quantized.dynamic as qd
-            from torch.ao.quantization import default_dynamic_qconfig
+    def project(self, x: Tensor) -> Tensor:
+        """Vocabulary logits (…, vocab), float32, of final hidden states ``x`` (…, width)."""
+        if getattr(self, "output_int8", None) is not None and x.dtype == torch.float32:
+            return self.output_int8(x)
+        weight_t = self.output_t if self.output_t is not None else self.token_embedding.weight.T
+        return (x @ weight_t.to(x.dtype)).float()
 
-            weight = self.token_embedding.weight.detach()
-            float_linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-            float_linear.weight.data = weight.clone()
-            float_linear.qconfig = default_dynamic_qconfig
-            self.output_int8 = qd.Linear.from_float(float_linear)
+    def project_approx(self, x: Tensor) -> Tensor:
+        """Approximate logits with int8 weights and activations (~4x faster than
+        :meth:`project` for one position on CPU). Only for picking a shortlist to rescore."""
+        if getattr(self, "shortlist_int8", None) is None:
+            self.shortlist_int8 = _int8_linear(self.token_embedding.weight)
+        return self.shortlist_int8(x.float())
+
+    def rescore(self, x: Tensor, approx: Tensor, k: int = 32) -> Tensor:
+        """Exact logits for the ``k`` best entries of ``approx`` (one position: ``x`` (width,),
+        ``approx`` (vocab,), masked entries at -inf stay masked); every other entry is capped
+        below the exact ones, so the argmax is exact whenever the true best token is among the
+        int8 top ``k`` (its error is ~1 logit; a test checks the argmax on real decoding)."""
+        top = approx.topk(k).indices
+        top = top[torch.isfinite(approx[top])]
+        exact = self.token_embedding.weight[top].to(x.dtype) @ x
+        out = approx.clone()
+        if len(top):
+            out.clamp_(max=float(exact.min()))
+            out[top] = exact.float()
+        return out
 
     def cross_kv(self, audio_features: Tensor) -> list[KV]:
         """Project audio features (batch, frames, width) to every layer's cross keys/values."""
@@ -274,13 +292,15 @@ class TextDecoder(nn.Module):
         return DecoderCache(self.cross_kv(audio_features), [None] * len(self.blocks))
 
     def forward(self, tokens: Tensor, cache: DecoderCache, alignment_heads: Tensor | None = None,
-                last_only: bool = False) -> tuple[Tensor, DecoderCache, Tensor | None]:
+                last_only: bool = False, project: bool = True) -> tuple[Tensor, DecoderCache, Tensor | None]:
         """Decode ``tokens`` (batch, T) after ``cache.offset`` cached tokens.
 
         Returns logits (batch, T, vocab), the extended cache and, when ``alignment_heads``
         (a bool (n_layer, n_head) mask) is given, the cross-attention scores of those heads
         stacked as (batch, heads, T, frames). ``last_only`` projects only the last position to
-        the vocabulary (logits (batch, 1, vocab)), which is all a forced prefix needs.
+        the vocabulary (logits (batch, 1, vocab)). With ``project=False`` the first result is
+        the final hidden states (batch, T, width) instead of logits (see :meth:`project`,
+        :meth:`project_approx`): a forced prefix needs no logits at all.
         """
         offset = cache.offset
         t = tokens.shape[1]
@@ -299,13 +319,23 @@ class TextDecoder(nn.Module):
             if need:
                 picked.append(scores[:, heads])
         x = self.ln(x[:, -1:] if last_only else x)
-        if getattr(self, "output_int8", None) is not None and x.dtype == torch.float32:
-            logits = self.output_int8(x)
-        else:
-            weight_t = self.output_t if self.output_t is not None else self.token_embedding.weight.T
-            logits = (x @ weight_t.to(x.dtype)).float()
         qk = torch.cat(picked, dim=1) if picked else None
-        return logits, DecoderCache(cache.cross, self_kv), qk
+        return (self.project(x) if project else x), DecoderCache(cache.cross, self_kv), qk
+
+
+def _int8_linear(weight: Tensor) -> nn.Module:
+    """A dynamically quantised (fbgemm int8, per-row scales) bias-free linear layer with ``weight`` (out, in)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import torch.ao.nn.quantized.dynamic as qd
+        from torch.ao.quantization import per_channel_dynamic_qconfig
+
+        float_linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        float_linear.weight.data = weight.detach().float().clone()
+        float_linear.qconfig = per_channel_dynamic_qconfig
+        return qd.Linear.from_float(float_linear)
 
 
 class Whisper(nn.Module):

@@ -303,17 +303,20 @@ class StreamSession:
         prompt = self._prompt()
         forced = prompt + win.committed
         heads = net.alignment_heads
-        if win.prefix is None or not cfg.reuse_prefix or not win.committed:
-            # (until something is committed the prefix is just the prompt: recompute it so that
-            # it reads the audio as it is now, not as it was at the first step)
-            cache = DecoderCache(self.cross.kv, [None] * len(net.decoder.blocks))
-            if len(forced) > 1:
-                _, cache, _ = net.decoder(torch.tensor([forced[:-1]]), cache, last_only=True)
-            win.prefix = cache
         base_len = len(forced) - 1
         hyp = list(win.last_hypothesis)
-        logits, cache, qk = net.decoder(torch.tensor([[forced[-1], *hyp]]), win.prefix,
-                                        alignment_heads=heads)
+        dec = net.decoder
+        if win.prefix is None or not cfg.reuse_prefix or not win.committed:
+            # (until something is committed the prefix is just the prompt: recompute it, in the
+            # same pass as the hypothesis, so that it reads the audio as it is now)
+            cache = DecoderCache(self.cross.kv, [None] * len(dec.blocks))
+            hidden, cache, qk = dec(torch.tensor([[*forced, *hyp]]), cache, alignment_heads=heads, project=False)
+            hidden, qk = hidden[:, base_len:], qk[:, :, base_len:]
+            win.prefix = cache.rewind(base_len)
+        else:
+            hidden, cache, qk = dec(torch.tensor([[forced[-1], *hyp]]), win.prefix, alignment_heads=heads,
+                                    project=False)
+        approx = dec.project_approx(hidden[0])  # exact logits of the shortlist come per position below
         if self._rules is None or self._rules.sample_begin != len(prompt):
             self._rules = LogitRules(tok, DecodingOptions(without_timestamps=True), len(prompt), net.dims.n_vocab)
         rules = self._rules
@@ -326,17 +329,18 @@ class StreamSession:
         attns: list[torch.Tensor] = []
         speech = None
         glitched = False
-        i = 0  # position in the current logits/qk that predicts the next token
+        i = 0  # position in the current hidden/qk that predicts the next token
         while len(tokens) < limit:
-            row = logits[:, i].clone()
-            rules(row, [seq])
+            row = approx[i].clone()
+            rules(row[None], [seq])
+            row = dec.rescore(hidden[0, i], row)
             if cfg.eot_guard and int(row.argmax()) == tok.eot and len(tokens) < 2 * cfg.max_step_tokens:
                 # end-of-text guard: refuse it while speech remains after the last token
                 if speech is None:
                     speech = _speech_mask(win.mel, n_real)
                 after = max(frames, default=win.committed_end_frame) + 25  # half a second past the furthest token
                 if speech[after:n_real].sum() >= 25:  # and half a second of speech beyond that
-                    row[:, tok.eot] = -float("inf")
+                    row[tok.eot] = -float("inf")
             nxt = int(row.argmax())
             if nxt == tok.eot:
                 break
@@ -349,16 +353,17 @@ class StreamSession:
             if _repeats_third_time(seq + [nxt]):
                 break  # a phrase about to be said a third time in a row: a decoding loop
             tokens.append(nxt)
-            probs.append(float(torch.softmax(row[0].float(), -1)[nxt]))
+            probs.append(float(torch.softmax(row, -1)[nxt]))
             attns.append(attn)
             frames.append(frame)
             seq.append(nxt)
-            if i + 1 < logits.shape[1] and hyp[i] == nxt:
+            if i + 1 < hidden.shape[1] and hyp[i] == nxt:
                 i += 1  # the batch already holds the position after this token
                 continue
             # diverged from (or ran past) the verified hypothesis: continue one token at a time
             cache = cache.rewind(base_len + len(tokens))  # the path up to the token before nxt
-            logits, cache, qk = net.decoder(torch.tensor([[nxt]]), cache, alignment_heads=heads)
+            hidden, cache, qk = dec(torch.tensor([[nxt]]), cache, alignment_heads=heads, project=False)
+            approx = dec.project_approx(hidden[0])
             hyp, i = [], 0
         qk_all = (torch.stack(attns, dim=1) if attns
                   else torch.zeros(int(heads.sum()), 0, net.dims.n_audio_ctx))
