@@ -434,6 +434,8 @@ class Item:
     resampler: StreamResampler | None = None
     deltas: list[str] = field(default_factory=list)
     interim: str = ""
+    carry: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))  # 16 kHz, less than a block
+    fed: int = 0  # 16 kHz samples fed to the stream
 
 
 @dataclass(eq=False)
@@ -484,12 +486,12 @@ class Transcriber:
                 assert work.pcm is not None
                 samples = resampler.process(work.pcm.astype(np.float32) / 32768.0)
                 fed_s = len(samples) / SAMPLE_RATE
-                signals = item.turns.observe(samples, stream.audio_time)
-                events += self._events(item, stream.feed(samples), latencies)
+                signals = item.turns.observe(samples, (item.fed + len(item.carry)) / SAMPLE_RATE)
+                events += self._feed(item, samples, final=False, latencies=latencies)
             elif work.kind == "commit":
                 tail = resampler.flush()
                 fed_s = len(tail) / SAMPLE_RATE
-                events += self._events(item, stream.feed(tail), latencies)
+                events += self._feed(item, tail, final=True, latencies=latencies)
                 events += self._events(item, stream.finish(), latencies)
                 events.append(server_event(
                     "conversation.item.input_audio_transcription.completed", item_id=item.id, content_index=0,
@@ -508,6 +510,21 @@ class Transcriber:
                        "message": f"transcription failed: {type(err).__name__}: {err}", "param": None}))
         self.metrics.processed(fed_s, time.perf_counter() - t0, latencies)
         return WorkResult(events, signals)
+
+    def _feed(self, item: Item, samples: np.ndarray, final: bool, latencies: list[float]) -> list[dict[str, Any]]:
+        """Feed the stream whole ``chunk_ms`` blocks, one per call, as ``susurrus stream`` does:
+        a step then reads exactly its block's audio, so the text does not depend on how the
+        client cut its appends (the rest waits for the next append, or the commit)."""
+        assert item.stream is not None
+        audio = np.concatenate([item.carry, samples]) if len(item.carry) else samples
+        block = item.config.chunk_ms * SAMPLE_RATE // 1000
+        whole = len(audio) if final else len(audio) - len(audio) % block
+        events: list[dict[str, Any]] = []
+        for i in range(0, whole, block):
+            events += self._events(item, item.stream.feed(audio[i:min(i + block, whole)]), latencies)
+        item.carry = audio[whole:].copy()
+        item.fed += whole
+        return events
 
     def _events(self, item: Item, stream_events: list, latencies: list[float]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
