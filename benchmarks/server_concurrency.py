@@ -1,0 +1,224 @@
+"""Concurrent sessions on the realtime server: N clients stream N different dev recordings at
+real-time pace at the same time (OpenAI Realtime protocol, 24 kHz PCM16, 100 ms appends,
+client commit at the end).
+
+Per file: WER against the reference transcript and against ``model.stream()`` on the same
+samples (simulated offline, i.e. what ``susurrus stream`` gives), whether the text is identical,
+per-word latency (wall clock from sending the append that holds the word's end to receiving its
+delta; and the algorithmic latency ``emitted_at - end`` from the ``susurrus.words`` events), and
+the lag from the commit to the completed transcript. Overall: the server process's CPU time per
+second of audio.
+
+    python benchmarks/server_concurrency.py --clients 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from susurrus.audio.io import decode_audio, resample  # noqa: E402
+from susurrus.audio.resampler import StreamResampler  # noqa: E402
+from susurrus.evaluation.data import SHARED_DATA, read_manifest  # noqa: E402
+from susurrus.evaluation.metrics import corpus_error_rate  # noqa: E402
+from susurrus.transports.client import append_event, session_update, to_pcm16  # noqa: E402
+
+FILES = ["ljspeech_LJ001-0001", "librispeech_test-clean_1089-134686-0000", "jfk_inaugural",
+         "librivox_sense_and_sensibility_01_austen_64kb-0870", "librispeech_dev-clean_1272-128104-0000",
+         "ljspeech_LJ050-0131", "librispeech_test-clean_1089-134691-0001", "cmu_goforward",
+         "ljspeech_LJ001-0003", "ljspeech_LJ001-0005", "librivox_sense_and_sensibility_01_austen_64kb-0890",
+         "ljspeech_LJ001-0007"]
+RATE = 24000
+BLOCK = RATE // 10
+
+
+@dataclass
+class Result:
+    id: str
+    duration: float
+    reference: str
+    pcm: np.ndarray
+    transcript: str = ""
+    sent: list[tuple[float, float]] = field(default_factory=list)  # (audio end of append, wall time sent)
+    wall_latency: list[float] = field(default_factory=list)
+    word_ends: list[float] = field(default_factory=list)
+    algo_latency: list[float] = field(default_factory=list)
+    commit_lag: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+async def run_client(url: str, r: Result, start_at: float) -> None:
+    import websockets
+
+    async with websockets.connect(url, max_size=None) as ws:
+        await ws.send(json.dumps(session_update(RATE)))
+        done = asyncio.Event()
+        committed_at = 0.0
+
+        async def receive() -> None:
+            pending_delta = None
+            async for message in ws:
+                now = time.perf_counter()
+                ev = json.loads(message)
+                kind = ev["type"]
+                if kind == "conversation.item.input_audio_transcription.delta":
+                    pending_delta = now
+                elif kind == "susurrus.words":
+                    arrived = pending_delta or now
+                    for w in ev["words"]:
+                        r.algo_latency.append(w["emitted_at"] - w["end"])
+                        r.word_ends.append(w["end"])
+                        sent = next((t for end, t in r.sent if end >= w["end"] - 1e-6), None)
+                        if sent is None:  # the word ends in audio sent with the commit
+                            sent = committed_at
+                        r.wall_latency.append(arrived - sent)
+                elif kind == "conversation.item.input_audio_transcription.completed":
+                    r.transcript = ev["transcript"]
+                    r.commit_lag = now - committed_at
+                    done.set()
+                    return
+                elif kind == "error":
+                    r.errors.append(ev["error"]["code"])
+
+        receiver = asyncio.create_task(receive())
+        await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+        t0 = time.perf_counter()
+        for i in range(0, len(r.pcm), BLOCK):
+            ahead = t0 + i / RATE - time.perf_counter()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            block = r.pcm[i:i + BLOCK]
+            await ws.send(json.dumps(append_event(block)))
+            r.sent.append(((i + len(block)) / RATE, time.perf_counter()))
+        committed_at = time.perf_counter()
+        await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        await done.wait()
+        await receiver
+
+
+def server_cpu_seconds(pid: int) -> float:
+    fields_ = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields_[11]) + int(fields_[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--model", default="tiny.en")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads in the server (default: %(default)s)")
+    ap.add_argument("--workers", type=int, default=None, help="server model worker threads (default: CPU count)")
+    ap.add_argument("--data", default=str(SHARED_DATA / "dev"))
+    args = ap.parse_args()
+
+    items = {i.id: i for i in read_manifest(args.data)}
+    chosen = [items[f] for f in FILES if f in items][: args.clients]
+    if len(chosen) < args.clients:
+        print(f"only {len(chosen)} of the benchmark files are in {args.data}", file=sys.stderr)
+        return 2
+    results = []
+    for item in chosen:
+        audio = decode_audio(item.audio)
+        results.append(Result(item.id, len(audio) / 16000, item.text, to_pcm16(resample(audio, 16000, RATE))))
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "susurrus", "serve", "--port", str(port), "--model", args.model,
+           "--threads", str(args.threads), "--max-buffered-s", "600", "--max-sessions", str(args.clients),
+           "--log-level", "warning"]
+    if args.workers:
+        cmd += ["--workers", str(args.workers)]
+    server = subprocess.Popen(cmd, cwd=REPO)
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        cpu0 = server_cpu_seconds(server.pid)
+        wall0 = time.perf_counter()
+        url = f"ws://127.0.0.1:{port}/v1/realtime"
+
+        async def everyone() -> None:
+            start_at = time.perf_counter() + 0.5
+            await asyncio.gather(*(run_client(url, r, start_at) for r in results))
+
+        asyncio.run(everyone())
+        wall = time.perf_counter() - wall0
+        cpu = server_cpu_seconds(server.pid) - cpu0
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    # model.stream() on the same samples, offline (what `susurrus stream` prints)
+    import torch
+
+    import susurrus
+
+    torch.set_num_threads(args.threads)
+    model = susurrus.load_model(args.model)
+    audio_total = sum(r.duration for r in results)
+    print(f"\n{args.model}, {args.clients} concurrent sessions at real-time pace, 24 kHz PCM16 in 100 ms appends; "
+          f"server: {args.threads} torch thread(s), {args.workers or os.cpu_count()} workers, {os.cpu_count()} cores\n")
+    print("| file | audio s | WER vs ref % | WER vs model.stream % | same text | words | wall latency mean / p50 / "
+          "p90 s | wall latency 1st / 2nd half s | algorithmic mean / p90 s | commit → completed s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    all_wall, all_algo, first_half, second_half = [], [], [], []
+    pairs_ref, pairs_stream, same = [], [], 0
+    for r in results:
+        x = r.pcm.astype(np.float32) / 32768.0
+        rs = StreamResampler(RATE, 16000)
+        samples = np.concatenate([rs.process(x), rs.flush()])
+        stream = model.stream()
+        block = stream.config.chunk_ms * 16
+        for i in range(0, len(samples), block):
+            stream.feed(samples[i:i + block])
+        stream.finish()
+        offline = stream.text.strip()
+        same += offline == r.transcript
+        pairs_ref.append((r.reference, r.transcript))
+        pairs_stream.append((offline, r.transcript))
+        all_wall += r.wall_latency
+        all_algo += r.algo_latency
+        early = [lat for lat, end in zip(r.wall_latency, r.word_ends) if end < r.duration / 2]
+        late = [lat for lat, end in zip(r.wall_latency, r.word_ends) if end >= r.duration / 2]
+        first_half += early
+        second_half += late
+        print(f"| {r.id} | {r.duration:.1f} | {corpus_error_rate([(r.reference, r.transcript)]):.1f} | "
+              f"{corpus_error_rate([(offline, r.transcript)]):.1f} | {'yes' if offline == r.transcript else 'no'} | "
+              f"{len(r.wall_latency)} | {np.mean(r.wall_latency):.2f} / {pct(r.wall_latency, 50):.2f} / "
+              f"{pct(r.wall_latency, 90):.2f} | {np.mean(early):.2f} / {np.mean(late):.2f} | "
+              f"{np.mean(r.algo_latency):.2f} / {pct(r.algo_latency, 90):.2f} | {r.commit_lag:.2f} |"
+              + (f" errors: {r.errors}" if r.errors else ""))
+    print(f"| **all** | {audio_total:.1f} | {corpus_error_rate(pairs_ref):.1f} | "
+          f"{corpus_error_rate(pairs_stream):.1f} | "
+          f"{same}/{len(results)} | {len(all_wall)} | {np.mean(all_wall):.2f} / {pct(all_wall, 50):.2f} / "
+          f"{pct(all_wall, 90):.2f} | {np.mean(first_half):.2f} / {np.mean(second_half):.2f} | "
+          f"{np.mean(all_algo):.2f} / {pct(all_algo, 90):.2f} | {max(r.commit_lag for r in results):.2f} (max) |")
+    print(f"\nserver CPU {cpu:.1f} s for {audio_total:.1f} s of audio: {cpu / audio_total:.3f} core-s per audio-s, "
+          f"{cpu / wall:.2f} cores busy on average; wall {wall:.1f} s for streams of at most "
+          f"{max(r.duration for r in results):.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
