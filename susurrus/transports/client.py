@@ -135,11 +135,14 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
     printer = Printer(out)
     status = 0
     async with websockets.connect(url, additional_headers=headers, max_size=None) as ws:
-        await ws.send(json.dumps(session_update(rate, latency, language)))
         done = asyncio.Event()
         sent_audio = False
 
         async def receive() -> None:
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await receive_events()
+
+        async def receive_events() -> None:
             nonlocal status
             async for message in ws:
                 event = json.loads(message)
@@ -167,6 +170,7 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
 
         receiver = asyncio.create_task(receive())
         try:
+            await ws.send(json.dumps(session_update(rate, latency, language)))
             async for block in blocks:
                 if done.is_set():
                     break
@@ -181,7 +185,8 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
         waiter.cancel()
         if not done.is_set():
             status = 1
-            print("susurrus client: the connection closed before the transcript arrived", file=err)
+            reason = f" ({ws.close_code} {ws.close_reason})" if ws.close_code else ""
+            print(f"susurrus client: the connection closed before the transcript arrived{reason}", file=err)
         receiver.cancel()
     return status
 
@@ -189,6 +194,11 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
 def main_client(url: str, source: str | None, *, mic: bool, realtime: bool, rate: int, block_ms: int,
                 latency: str | None, language: str | None, api_key: str | None) -> int:
     if mic:
+        try:
+            import sounddevice  # noqa: F401 - fail before connecting, with a clear message
+        except (ImportError, OSError) as err:
+            print(f"susurrus client: --mic needs the 'sounddevice' package and PortAudio ({err})", file=sys.stderr)
+            return 2
         blocks = mic_blocks(rate, block_ms)
     else:
         assert source is not None
