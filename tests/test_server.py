@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 import sys
 
@@ -24,7 +25,7 @@ def _sdk_client(server):
 
 
 @pytest.mark.parametrize("rate", [24000, 16000])
-def test_openai_sdk_streams_a_recording_and_gets_what_susurrus_stream_gives(server, tiny, dev_item, rate):
+def test_openai_sdk_streams_a_recording_and_gets_what_susurrus_stream_gives(server, tiny, dev_item, rate, tmp_path):
     """The official SDK's realtime client (GA transcription session, client commits): deltas
     while the audio streams, then the whole transcript, equal to ``susurrus stream`` on the
     samples the server transcribes (at 16 kHz: the file itself)."""
@@ -63,6 +64,11 @@ def test_openai_sdk_streams_a_recording_and_gets_what_susurrus_stream_gives(serv
     direct = stream_text(tiny, audio)  # `susurrus stream FILE` on the 16 kHz recording
     if rate == 16000:
         assert completed.transcript == direct
+        # and the command itself, once
+        from susurrus.transports.cli import main
+
+        assert main(["stream", str(item.audio), "--quiet", "-f", "json", "-o", str(tmp_path)]) == 0
+        assert completed.transcript == json.loads((tmp_path / f"{item.audio.stem}.json").read_text())["text"]
     else:  # 16 -> 24 -> 16 kHz is not the identity; the words must still agree
         assert corpus_error_rate([(direct, completed.transcript)]) <= 5.0
     assert corpus_error_rate([(item.text, completed.transcript)]) <= 20.0
@@ -137,7 +143,6 @@ def test_healthz_and_metrics(server, dev_item):
     assert after["susurrus_word_latency_seconds_count"] > before["susurrus_word_latency_seconds_count"]
     assert after['susurrus_word_latency_seconds_bucket{le="+Inf"}'] == after["susurrus_word_latency_seconds_count"]
     assert after["susurrus_sessions_total"] >= before["susurrus_sessions_total"] + 1
-    import json
     import urllib.request
 
     health = json.loads(urllib.request.urlopen(f"{server.http_url}/healthz", timeout=10).read())
