@@ -17,6 +17,7 @@ from susurrus.model.loading import LoadedModel, load_weights
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import Whisper
 from susurrus.streaming.session import StreamSession, silence_cross_kv, stream_config
+from susurrus.streaming.vad import SileroVad, load_vad
 from susurrus.types import Segment, TranscriptionInfo
 
 AudioInput = str | os.PathLike | BinaryIO | bytes | np.ndarray
@@ -31,6 +32,7 @@ class WhisperModel:
         self.net: Whisper = loaded.net
         self.tokenizer = Tokenizer.from_file(loaded.tokenizer_path, self.net.is_multilingual)
         self._silence = None  # streaming's end-of-audio cross keys/values, made on first use
+        self._vad: SileroVad | None = None  # voice activity model shared by streams, loaded on first use
 
     @property
     def is_multilingual(self) -> bool:
@@ -78,7 +80,9 @@ class WhisperModel:
                                first_commit_ms=first_commit_ms, language=language, task=task, **settings)
         if self._silence is None:
             self._silence = silence_cross_kv(self.net)
-        return StreamSession(self.net, self.tokenizer, config, self._silence)
+        if (config.vad or config.turns) and self._vad is None:
+            self._vad = load_vad()
+        return StreamSession(self.net, self.tokenizer, config, self._silence, self._vad)
 
 
 def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None = None,

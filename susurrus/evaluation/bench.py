@@ -30,6 +30,7 @@ from susurrus.evaluation.alignment import align_words, normalized_words
 from susurrus.evaluation.data import Item
 from susurrus.evaluation.metrics import corpus_error_rate
 from susurrus.streaming.session import StreamConfig, StreamSession, silence_cross_kv
+from susurrus.streaming.vad import load_vad
 from susurrus.types import Word
 
 
@@ -77,9 +78,10 @@ HEADER = ("| chunk ms | look-ahead ms | margin ms | policy | WER % | offline WER
 
 
 def stream_item(net, tokenizer, audio: np.ndarray, config: StreamConfig,
-                silence=None) -> tuple[StreamSession, float]:
-    """Stream ``audio`` in chunk-sized pieces; returns the session and its CPU seconds."""
-    session = StreamSession(net, tokenizer, config, silence)
+                silence=None, vad=None) -> tuple[StreamSession, float]:
+    """Stream ``audio`` in chunk-sized pieces; returns the session and its CPU seconds (the
+    voice activity detector included)."""
+    session = StreamSession(net, tokenizer, config, silence, vad)
     block = config.chunk_ms * 16
     c0 = time.process_time()
     for i in range(0, len(audio), block):
@@ -124,13 +126,14 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
             times.append(time.process_time() - c0)
     full_encode = statistics.median(times)
     silence = silence_cross_kv(net)  # shared by every stream, as a server would
+    vad = load_vad()
     results = []
     for config in configs:
         res = BenchResult(config=config, items=len(items), full_encode_s=full_encode)
         pairs, offline_pairs = [], []
         for item in tqdm(items, desc=f"stream {config.chunk_ms}/{config.lookahead_ms}/{config.commit_margin_ms}",
                          disable=not progress, file=sys.stderr):
-            session, cpu = stream_item(net, tokenizer, audio[item.id], config, silence)
+            session, cpu = stream_item(net, tokenizer, audio[item.id], config, silence, vad)
             res.audio_s += len(audio[item.id]) / 16000
             res.stream_cpu_s += cpu
             res.steps += len(session.stats)

@@ -14,6 +14,14 @@ new audio a *step* runs:
    stable while the alignment heads attend at least ``commit_margin_ms`` before the audio
    edge; complete words among the stable tokens are committed. Committed text never changes.
 
+Voice activity (Silero VAD, ``vad``) gates the compute: once no speech was heard for
+``idle_after_ms`` the window is flushed (everything decoded is committed) and nothing is encoded
+or decoded until speech returns; the next window starts ``resume_pad_ms`` before it, with the
+committed text as its prompt. Committed words over audio the VAD calls non-speech, or known
+Whisper hallucinations over weak speech, are dropped (``hallucination.py``). With ``turns``
+(OpenAI ``server_vad`` semantics) the stream also reports speech starts and stops and closes a
+turn at each stop: the window is flushed and a :class:`TurnEnded` event carries its text.
+
 When the window approaches 30 s it is re-anchored at the end of the last committed word: the
 tail is re-encoded from position 0 and the committed text becomes the decoder's prompt, so
 memory and per-step cost stay flat however long the stream runs.
@@ -41,13 +49,29 @@ from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, DecoderCache, Whisper
 from susurrus.streaming.encoder import EncoderState, encode_step
 from susurrus.streaming.frontend import MelState, push_audio
+from susurrus.streaming.hallucination import hallucination_verdict
+from susurrus.streaming.vad import (
+    FRAME_MS,
+    SileroVad,
+    SpeechStarted,
+    SpeechStopped,
+    TurnConfig,
+    TurnState,
+    VadState,
+    finish_turn,
+    load_vad,
+    push_turn,
+    push_vad,
+    speech_fraction,
+    text_turn_silence_ms,
+)
 
 FRAME_S = 0.02  # seconds per encoder frame
 
 
 @dataclass(frozen=True)
 class StreamConfig:
-    chunk_ms: int = 320  # audio per step
+    chunk_ms: int = 640  # audio per step
     lookahead_ms: int = 400  # encoder frames kept provisional (recomputed) at the edge
     commit_margin_ms: int = 500  # AlignAtt: commit tokens attending this far before the edge
     policy: str = "alignatt"  # or "agreement" (commit what two consecutive steps agree on)
@@ -60,6 +84,15 @@ class StreamConfig:
     stall_s: float = 8.0  # re-anchor when nothing was committed for this long after committed text
     confident_prob: float = 0.5  # tokens less likely than this need ...
     uncertain_margin_ms: int = 1500  # ... this margin instead (more right context to settle)
+    first_margin_ms: int = 1000  # commit margin until the window's first commit (opening words need context)
+    interim_edge_ms: int = 200  # stop decoding at tokens read this close to the audio edge (they change)
+    vad: bool = True  # Silero VAD: no compute in non-speech, no text over it
+    vad_threshold: float = 0.5  # a 32 ms frame is speech when its probability reaches this
+    idle_after_ms: int = 1000  # no speech for this long: flush the window and stop computing
+    resume_pad_ms: int = 500  # audio kept before speech that resumes after idling
+    hallucination_guard: bool = True  # drop committed text over non-speech / known phrases over weak speech
+    turns: TurnConfig | None = None  # server_vad turn detection (speech started/stopped, a flush per turn)
+    semantic_turns: bool = False  # end turns sooner after a finished sentence, later when the text trails off
     language: str | None = None
     task: str = "transcribe"
 
@@ -72,12 +105,16 @@ class StreamConfig:
             raise ValueError(f"lookahead_ms must be within 0..5000, not {self.lookahead_ms}")
         if not 5.0 <= self.max_window_s <= 28.0:
             raise ValueError(f"max_window_s must be within 5..28 s, not {self.max_window_s}")
+        if not 0.0 < self.vad_threshold < 1.0:
+            raise ValueError(f"vad_threshold must be within (0, 1), not {self.vad_threshold}")
+        if self.idle_after_ms < 200:
+            raise ValueError(f"idle_after_ms must be at least 200, not {self.idle_after_ms}")
 
 
 PRESETS: dict[str, StreamConfig] = {
-    "low": StreamConfig(chunk_ms=240, lookahead_ms=240, commit_margin_ms=300),
+    "low": StreamConfig(chunk_ms=320, lookahead_ms=400, commit_margin_ms=500),
     "medium": StreamConfig(),
-    "high": StreamConfig(chunk_ms=640, lookahead_ms=600, commit_margin_ms=800),
+    "high": StreamConfig(chunk_ms=960, lookahead_ms=600, commit_margin_ms=800),
 }
 
 
@@ -109,7 +146,17 @@ class Interim:
     audio_time: float
 
 
-Event = Committed | Interim
+@dataclass(frozen=True)
+class TurnEnded:
+    """A speech turn closed (``turns`` set): everything said in it is committed."""
+
+    text: str
+    words: list[StreamWord]
+    audio_start_ms: int  # as the SpeechStarted that opened it (onset minus prefix padding)
+    audio_end_ms: int  # as the SpeechStopped that closed it
+
+
+Event = Committed | Interim | SpeechStarted | SpeechStopped | TurnEnded
 
 
 @dataclass
@@ -171,9 +218,10 @@ class StreamSession:
     """Incremental transcription of one audio stream. Not thread-safe; one per stream."""
 
     def __init__(self, net: Whisper, tokenizer: Tokenizer, config: StreamConfig = StreamConfig(),
-                 silence: list[KV] | None = None):
-        """``silence``: :func:`silence_cross_kv` of ``net``, shared between sessions (computed
-        here when not given)."""
+                 silence: list[KV] | None = None, vad: SileroVad | None = None):
+        """``silence``: :func:`silence_cross_kv` of ``net``; ``vad``: a loaded Silero VAD. Both
+        are shared between sessions (``WhisperModel.stream`` does); computed or loaded here
+        when not given."""
         self.net = net
         self.config = config
         language = config.language if net.is_multilingual else "en"
@@ -181,8 +229,17 @@ class StreamSession:
         self.mel_state = MelState(n_mels=net.dims.n_mels)
         self.window = WindowState(mel=torch.zeros(net.dims.n_mels, 0))
         self.cross = CrossBuffer(silence if silence is not None else silence_cross_kv(net))
+        self.vad = (vad or load_vad()) if config.vad or config.turns else None
+        self.vad_state = VadState()
+        self.turn_state = TurnState(config.turns) if config.turns else None
+        self.turn_start_ms = 0  # audio_start_ms of the open turn
+        self.turn_first_word = 0  # index in ``words`` of the open turn's first word
+        self.last_speech_ms: float | None = None  # end of the last VAD frame that was speech
+        self.idle = config.vad  # computing nothing until speech (and again after long non-speech)
+        self.interim = ""  # the latest interim text
         self.previous: list[int] = []  # committed tokens of earlier windows (prompt context)
         self.words: list[StreamWord] = []  # every committed word
+        self.dropped: list[StreamWord] = []  # words the hallucination guard refused
         self.samples_fed = 0
         self.samples_at_last_step = 0
         self.finished = False
@@ -205,14 +262,16 @@ class StreamSession:
         if self.finished:
             raise RuntimeError("stream already finished")
         samples = _as_float(pcm)
-        self.samples_fed += len(samples)
-        frames = push_audio(self.mel_state, samples)
-        self.window.mel = torch.cat([self.window.mel, frames], dim=1)
-        events: list[Event] = []
         step = self.config.chunk_ms * SAMPLE_RATE // 1000
-        while self.samples_fed - self.samples_at_last_step >= step:
-            self.samples_at_last_step += step
-            events.extend(self._step(final=False))
+        events: list[Event] = []
+        while len(samples):
+            # cut at step boundaries, so that voice activity and steps interleave in order
+            take = min(len(samples), self.samples_at_last_step + step - self.samples_fed)
+            events.extend(self._push(samples[:take]))
+            samples = samples[take:]
+            if self.samples_fed - self.samples_at_last_step >= step:
+                self.samples_at_last_step += step
+                events.extend(self._advance())
         return events
 
     def finish(self) -> list[Event]:
@@ -221,14 +280,101 @@ class StreamSession:
             return []
         frames = push_audio(self.mel_state, np.zeros(0, np.float32), final=True)
         self.window.mel = torch.cat([self.window.mel, frames], dim=1)
-        events = self._step(final=True)
+        events: list[Event] = []
+        if self.vad is not None:
+            events.extend(self._turn_events(push_vad(self.vad, self.vad_state, np.zeros(0, np.float32), final=True)))
+        if not self.idle:
+            events.extend(self._step(final=True))
+        if self.turn_state is not None:
+            for ev in finish_turn(self.turn_state):
+                events.append(ev)
+                events.append(self._close_turn(ev))
         self.finished = True
         return events
+
+    # ------------------------------------------------------------------ voice activity
+
+    def _push(self, samples: np.ndarray) -> list[Event]:
+        """Audio into the mel front end and the VAD; turn events it causes."""
+        self.samples_fed += len(samples)
+        frames = push_audio(self.mel_state, samples)
+        self.window.mel = torch.cat([self.window.mel, frames], dim=1)
+        if self.vad is None:
+            return []
+        return self._turn_events(push_vad(self.vad, self.vad_state, samples))
+
+    def _turn_events(self, probs: np.ndarray) -> list[Event]:
+        cfg = self.config
+        if len(probs):
+            speech = np.flatnonzero(probs >= cfg.vad_threshold)
+            if len(speech):
+                first = self.vad_state.frames_done - len(probs)
+                self.last_speech_ms = float((first + speech[-1] + 1) * FRAME_MS)
+        if self.turn_state is None or not len(probs):
+            return []
+        silence = None
+        if cfg.semantic_turns:
+            turn_text = "".join(w.word for w in self.words[self.turn_first_word:]) + self.interim
+            silence = text_turn_silence_ms(turn_text, cfg.turns.silence_duration_ms)
+        events: list[Event] = []
+        for ev in push_turn(self.turn_state, probs, silence_duration_ms=silence):
+            events.append(ev)
+            if isinstance(ev, SpeechStarted):
+                self.turn_start_ms = ev.audio_start_ms
+                self.turn_first_word = len(self.words)
+            else:
+                events.extend(self._flush())
+                events.append(self._close_turn(ev))
+        return events
+
+    def _close_turn(self, stopped: SpeechStopped) -> TurnEnded:
+        words = self.words[self.turn_first_word:]
+        self.turn_first_word = len(self.words)
+        return TurnEnded("".join(w.word for w in words).strip(), list(words), self.turn_start_ms,
+                         stopped.audio_end_ms)
+
+    def _advance(self) -> list[Event]:
+        """A step boundary: decode, or (no speech for ``idle_after_ms``) flush and idle."""
+        cfg = self.config
+        if not cfg.vad:
+            return self._step(final=False)
+        now_ms = self.samples_fed * 1000 / SAMPLE_RATE
+        quiet = self.last_speech_ms is None or now_ms - self.last_speech_ms >= cfg.idle_after_ms
+        if not quiet:
+            self.idle = False
+            return self._step(final=False)
+        events = [] if self.idle else self._flush()
+        self.idle = True
+        self._trim_idle_window()
+        return events
+
+    def _flush(self) -> list[Event]:
+        """Commit everything decoded in the window and start an empty one here (the audio
+        after it is non-speech, or a turn ended)."""
+        win = self.window
+        if win.encoder is None and not win.committed:
+            return []
+        events = self._step(final=True, flush=True)
+        self._reanchor(at_end=True)
+        self.interim = ""
+        events.append(Interim("", self.audio_time))
+        return events
+
+    def _trim_idle_window(self) -> None:
+        """While idle, keep only the last ``resume_pad_ms`` of mel frames (the next window's
+        left context when speech resumes)."""
+        win = self.window
+        keep = max(2, round(self.config.resume_pad_ms / 10)) // 2 * 2  # even: encoder frames are 2 mel frames
+        if win.encoder is None and not win.committed and win.mel.shape[1] > keep:
+            cut = win.mel.shape[1] - keep
+            self.window = WindowState(start_frame=win.start_frame + cut, mel=win.mel[:, cut:].clone())
 
     # ------------------------------------------------------------------ one step
 
     @torch.inference_mode()
-    def _step(self, final: bool) -> list[Event]:
+    def _step(self, final: bool, flush: bool = False) -> list[Event]:
+        """Encode what is new, decode, commit. ``final``: the audio of this window ends here
+        (end of stream, or ``flush``: non-speech or a turn's end follows), commit it all."""
         t0 = time.perf_counter()
         cfg = self.config
         win = self.window
@@ -253,7 +399,7 @@ class StreamSession:
         # a decoder that committed nothing for a while may be stuck on a token whose attention
         # glitches past the audio edge: then decode past one such token and let it through
         relaxed = (enc.frames - win.committed_end_frame) * FRAME_S > cfg.commit_margin_ms / 1000 + 2.0
-        tokens, frames, probs, qk, cache = self._decode(n_real, final, relaxed)
+        tokens, frames, probs, qk, cache, following = self._decode(n_real, final, relaxed)
         events: list[Event] = []
         if final:
             n_commit = len(tokens)
@@ -263,20 +409,40 @@ class StreamSession:
             n_commit = 0
         else:
             n_commit = self._stable_count(tokens, frames, probs, n_real, relaxed)
-        n_commit = self._word_boundary(tokens, n_commit, final)
+        n_commit = self._word_boundary(tokens, n_commit, final, following)
         if n_commit:
             words = self._words(tokens, n_commit, probs, qk, n_real)
+            alone = not win.committed  # the window's first words: where invented phrases appear
             win.committed.extend(tokens[:n_commit])
-            self.words.extend(words)
-            events.append(Committed(words))
+            if words and self._hallucinated(words, alone):
+                self.dropped.extend(words)
+            elif words:
+                self.words.extend(words)
+                events.append(Committed(words))
         # the prefix cache now covers prompt + committed tokens but the last
         win.prefix = cache.rewind(len(self._prompt()) + len(win.committed) - 1)
         win.last_hypothesis = tokens[n_commit:]
-        interim = self.tokenizer.decode(tokens[n_commit:])
+        self.interim = self.tokenizer.decode(tokens[n_commit:])
         if not final:
-            events.append(Interim(interim, self.audio_time))
+            events.append(Interim(self.interim, self.audio_time))
         self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0, encoded, len(tokens)))
         return events
+
+    def _hallucinated(self, words: list[StreamWord], alone: bool) -> bool:
+        """The guard against text without speech, from the VAD's speech fraction over the
+        words' span (300 ms either side: word times can be off by that much) and the phrases
+        Whisper invents over noise. Words that open a window (after a pause, where invented
+        text appears) get the full guard; words inside a window are dropped only when no
+        frame near them is speech ("you." or "Thank you." inside speech are real words)."""
+        if not self.config.hallucination_guard:
+            return False
+        fraction = None
+        if self.vad is not None:
+            fraction = speech_fraction(self.vad_state, words[0].start * 1000, words[-1].end * 1000,
+                                       threshold=self.config.vad_threshold, pad_ms=300)
+        if not alone:
+            return fraction == 0.0
+        return hallucination_verdict("".join(w.word for w in words), fraction).drop
 
     def _update_cross(self, before: EncoderState, enc: EncoderState) -> None:
         start = before.finalized
@@ -329,6 +495,8 @@ class StreamSession:
         attns: list[torch.Tensor] = []
         speech = None
         glitched = False
+        edge = round(cfg.interim_edge_ms / 1000 / FRAME_S)
+        following = None  # the token predicted after the last one kept (it tells if a word ended)
         i = 0  # position in the current hidden/qk that predicts the next token
         while len(tokens) < limit:
             row = approx[i].clone()
@@ -342,6 +510,7 @@ class StreamSession:
                 if speech[after:n_real].sum() >= 25:  # and half a second of speech beyond that
                     row[tok.eot] = -float("inf")
             nxt = int(row.argmax())
+            following = nxt
             if nxt == tok.eot:
                 break
             attn = qk[0, :, i].float().softmax(-1)  # (heads, 1500): where it looked to predict
@@ -350,6 +519,8 @@ class StreamSession:
                 if not relaxed or glitched or (frames and frames[-1] >= n_real):
                     break  # it reads the silence after the audio: what follows is invention
                 glitched = True
+            elif frame >= n_real - edge and not final and not relaxed:
+                break  # too close to the edge to be stable: not worth a decoder pass yet
             if _repeats_third_time(seq + [nxt]):
                 break  # a phrase about to be said a third time in a row: a decoding loop
             tokens.append(nxt)
@@ -357,6 +528,7 @@ class StreamSession:
             attns.append(attn)
             frames.append(frame)
             seq.append(nxt)
+            following = None
             if i + 1 < hidden.shape[1] and hyp[i] == nxt:
                 i += 1  # the batch already holds the position after this token
                 continue
@@ -367,12 +539,14 @@ class StreamSession:
             hyp, i = [], 0
         qk_all = (torch.stack(attns, dim=1) if attns
                   else torch.zeros(int(heads.sum()), 0, net.dims.n_audio_ctx))
-        return tokens, frames, probs, qk_all, cache
+        return tokens, frames, probs, qk_all, cache, following
 
     def _stable_count(self, tokens: list[int], frames: list[int], probs: list[float], n_real: int,
                       relaxed: bool = False) -> int:
         cfg = self.config
         margin = cfg.commit_margin_ms
+        if not self.window.committed:
+            margin = max(margin, cfg.first_margin_ms)
         agreed = len(tokens)
         if cfg.policy == "agreement":
             # what two consecutive steps agree on, away from the edge by half the margin
@@ -392,10 +566,14 @@ class StreamSession:
             n += 1
         return n
 
-    def _word_boundary(self, tokens: list[int], n: int, final: bool) -> int:
+    def _word_boundary(self, tokens: list[int], n: int, final: bool, following: int | None = None) -> int:
         """Shrink ``n`` so that only complete words are committed: the token after the last
-        committed one must start a new word (at the end of the stream everything goes)."""
+        committed one (or, after the last decoded token, the one the model predicted next)
+        must start a new word (at the end of the stream everything goes)."""
         if final:
+            return n
+        if n == len(tokens) and following is not None and following < self.tokenizer.eot \
+                and self._starts_word(following):
             return n
         while n > 0 and not (n < len(tokens) and self._starts_word(tokens[n])):
             n -= 1
@@ -461,13 +639,16 @@ class StreamSession:
             self.window.committed_end_frame = int(round((out[-1].end - offset) / FRAME_S))
         return out
 
-    def _reanchor(self) -> None:
+    def _reanchor(self, at_end: bool = False) -> None:
         """Start a new window at the end of the last committed word (or drop old audio when
-        nothing was committed), re-encoding only the tail."""
+        nothing was committed), re-encoding only the tail. ``at_end``: everything is
+        committed; keep only ``resume_pad_ms`` of audio as the next window's left context."""
         win = self.window
         n_enc = win.mel.shape[1] // 2
         cut = win.committed_end_frame
-        if cut <= 0 or cut > n_enc:
+        if at_end:
+            cut = max(0, n_enc - round(self.config.resume_pad_ms / 1000 / FRAME_S))
+        elif cut <= 0 or cut > n_enc:
             cut = max(1, n_enc - round(5.0 / FRAME_S))
         cut_mel = 2 * cut
         self.previous.extend(win.committed)
