@@ -175,6 +175,7 @@ class WindowState:
     mel: torch.Tensor = field(default_factory=lambda: torch.zeros(80, 0))  # log10 power frames
     encoder: EncoderState | None = None
     committed: list[int] = field(default_factory=list)  # tokens committed in this window
+    context: list[int] = field(default_factory=list)  # of those, the ones not refused by the guard
     committed_end_frame: int = 0  # encoder frame where the last committed word ends
     last_hypothesis: list[int] = field(default_factory=list)  # uncommitted tokens of the last step
     prefix: DecoderCache | None = None  # self-attention keys/values of the forced prefix but its last token
@@ -236,6 +237,7 @@ class StreamSession:
         self.turn_first_word = 0  # index in ``words`` of the open turn's first word
         self.last_speech_ms: float | None = None  # end of the last VAD frame that was speech
         self.idle = config.vad  # computing nothing until speech (and again after long non-speech)
+        self.idle_since_ms = 0.0  # when the stream last went idle: speech after it wakes it
         self.interim = ""  # the latest interim text
         self.previous: list[int] = []  # committed tokens of earlier windows (prompt context)
         self.words: list[StreamWord] = []  # every committed word
@@ -339,12 +341,12 @@ class StreamSession:
         if not cfg.vad:
             return self._step(final=False)
         now_ms = self.samples_fed * 1000 / SAMPLE_RATE
-        quiet = self.last_speech_ms is None or now_ms - self.last_speech_ms >= cfg.idle_after_ms
+        quiet = (self.last_speech_ms is None or now_ms - self.last_speech_ms >= cfg.idle_after_ms
+                 or (self.idle and self.last_speech_ms <= self.idle_since_ms))
         if not quiet:
             self.idle = False
             return self._step(final=False)
         events = [] if self.idle else self._flush()
-        self.idle = True
         self._trim_idle_window()
         return events
 
@@ -356,6 +358,9 @@ class StreamSession:
             return []
         events = self._step(final=True, flush=True)
         self._reanchor(at_end=True)
+        if self.config.vad:  # nothing more to compute until speech resumes
+            self.idle = True
+            self.idle_since_ms = self.samples_fed * 1000 / SAMPLE_RATE
         self.interim = ""
         events.append(Interim("", self.audio_time))
         return events
@@ -415,10 +420,12 @@ class StreamSession:
             alone = not win.committed  # the window's first words: where invented phrases appear
             win.committed.extend(tokens[:n_commit])
             if words and self._hallucinated(words, alone):
-                self.dropped.extend(words)
-            elif words:
-                self.words.extend(words)
-                events.append(Committed(words))
+                self.dropped.extend(words)  # kept in the window's decoder prefix, not in its context
+            else:
+                win.context.extend(tokens[:n_commit])
+                if words:
+                    self.words.extend(words)
+                    events.append(Committed(words))
         # the prefix cache now covers prompt + committed tokens but the last
         win.prefix = cache.rewind(len(self._prompt()) + len(win.committed) - 1)
         win.last_hypothesis = tokens[n_commit:]
@@ -440,9 +447,12 @@ class StreamSession:
         if self.vad is not None:
             fraction = speech_fraction(self.vad_state, words[0].start * 1000, words[-1].end * 1000,
                                        threshold=self.config.vad_threshold, pad_ms=300)
+        text = "".join(w.word for w in words)
         if not alone:
             return fraction == 0.0
-        return hallucination_verdict("".join(w.word for w in words), fraction).drop
+        if not any(c.isalnum() for c in text):
+            return True  # punctuation alone opening a window: Whisper reading silence
+        return hallucination_verdict(text, fraction).drop
 
     def _update_cross(self, before: EncoderState, enc: EncoderState) -> None:
         start = before.finalized
@@ -651,7 +661,7 @@ class StreamSession:
         elif cut <= 0 or cut > n_enc:
             cut = max(1, n_enc - round(5.0 / FRAME_S))
         cut_mel = 2 * cut
-        self.previous.extend(win.committed)
+        self.previous.extend(win.context)
         self.previous = self.previous[-self.config.context_tokens * 2:]
         self.window = WindowState(start_frame=win.start_frame + cut_mel, mel=win.mel[:, cut_mel:].clone())
         self.cross.restore(0)
