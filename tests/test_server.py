@@ -14,6 +14,7 @@ from server_helpers import Conn, metrics, pcm16_at, server_samples, stream_text,
 
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation.metrics import corpus_error_rate
+from susurrus.streaming.session import PRESETS
 
 CLIP = "ljspeech_LJ001-0004"  # 5.1 s
 
@@ -115,11 +116,11 @@ def test_latency_preset_and_openai_delay_map_onto_stream_settings(server):
         assert created["susurrus"]["latency"] == "medium"
         c.send(update_event(audio={"input": {"transcription": {"model": "gpt-realtime-whisper", "delay": "minimal"}}}))
         s = c.until("session.updated")["session"]
-        assert s["susurrus"]["latency"] == "low" and s["susurrus"]["chunk_ms"] == 240
+        assert s["susurrus"]["latency"] == "low" and s["susurrus"]["chunk_ms"] == PRESETS["low"].chunk_ms
         c.send(update_event(susurrus={"latency": "high", "lookahead_ms": 700}))
         s = c.until("session.updated")["session"]
         ext = s["susurrus"]
-        assert (ext["latency"], ext["lookahead_ms"], ext["chunk_ms"]) == ("high", 700, 640)
+        assert (ext["latency"], ext["lookahead_ms"], ext["chunk_ms"]) == ("high", 700, PRESETS["high"].chunk_ms)
         # server_vad is accepted and reported; until endpointing lands the client commits (a warning says so)
         c.send(update_event(audio={"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 500}}}))
         s = c.until("session.updated")["session"]
