@@ -63,6 +63,7 @@ def main() -> None:
     piece = stream.config.chunk_ms * 16
     stretch = int(args.stretch_minutes * 60 * 16000)
     rows, step_times, fed = [], [], 0
+    cpu_mark = time.process_time()
     first_pass_words: list[list] = [[] for _ in clips]
     bounds = np.cumsum([0] + [len(c) for c in clips]) / 16000
     t0 = time.perf_counter()
@@ -75,8 +76,11 @@ def main() -> None:
             if fed % stretch < piece and fed >= stretch:
                 steps = stream.stats[len(step_times):]
                 step_times.extend(s.compute_s for s in steps)
-                rows.append((fed / 16000 / 60, 1000 * statistics.median(s.compute_s for s in steps), rss_mb(),
+                cpu = time.process_time()
+                rows.append((fed / 16000 / 60, 1000 * statistics.median(s.compute_s for s in steps),
+                             (cpu - cpu_mark) / (args.stretch_minutes * 60), rss_mb(),
                              len(stream.window.committed), stream.window.mel.shape[1]))
+                cpu_mark = cpu
     stream.finish()
     bar.close()
     for w in stream.words:
@@ -84,14 +88,17 @@ def main() -> None:
             if bounds[k] <= w.end <= bounds[k + 1]:
                 first_pass_words[k].append(w)
     print(f"\nwall time {time.perf_counter() - t0:.0f} s\n")
-    print("| minutes streamed | median step ms (stretch) | RSS MB | window tokens | window mel frames |")
-    print("|---|---|---|---|---|")
-    for m, ms, rss, toks, frames in rows:
-        print(f"| {m:.0f} | {ms:.1f} | {rss:.0f} | {toks} | {frames} |")
+    print("| minutes streamed | median step ms (wall, stretch) | core-s / audio-s (stretch) | RSS MB "
+          "| window tokens | window mel frames |")
+    print("|---|---|---|---|---|---|")
+    for m, ms, cost, rss, toks, frames in rows:
+        print(f"| {m:.0f} | {ms:.1f} | {cost:.3f} | {rss:.0f} | {toks} | {frames} |")
     first = rows[0]
     worst_ms = max(abs(r[1] / first[1] - 1) for r in rows)
-    worst_rss = max(abs(r[2] / first[2] - 1) for r in rows)
-    print(f"\nlargest deviation from the first stretch: step time {100 * worst_ms:.1f} %, RSS {100 * worst_rss:.1f} %")
+    worst_cost = max(abs(r[2] / first[2] - 1) for r in rows)
+    worst_rss = max(abs(r[3] / first[3] - 1) for r in rows)
+    print(f"\nlargest deviation from the first stretch: median step time {100 * worst_ms:.1f} %, "
+          f"CPU per audio-second {100 * worst_cost:.1f} %, RSS {100 * worst_rss:.1f} %")
     print("\n| long-form stream (first pass) | streaming WER % | offline WER % |\n|---|---|---|")
     for item, audio, words in zip(items, clips, first_pass_words):
         segments, _ = model.transcribe(audio, beam_size=1, temperature=0.0)

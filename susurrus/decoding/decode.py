@@ -124,13 +124,16 @@ class LogitRules:
 
 
 @torch.inference_mode()
-def detect_language(net: Whisper, tokenizer: Tokenizer, audio_features: Tensor,
-                    ) -> list[tuple[str, float]]:
-    """Language probabilities from the logits after <|startoftranscript|>, most likely first."""
+def detect_language(net: Whisper, tokenizer: Tokenizer, audio_features: Tensor | None = None,
+                    cache: DecoderCache | None = None) -> list[tuple[str, float]]:
+    """Language probabilities from the logits after <|startoftranscript|>, most likely first,
+    over ``audio_features`` or an existing decoder ``cache`` (its cross keys/values)."""
     if not net.is_multilingual:
         return [("en", 1.0)]
     tokens = torch.tensor([[tokenizer.sot]])
-    logits, _, _ = net.decoder(tokens, net.decoder.new_cache(audio_features))
+    if cache is None:
+        cache = net.decoder.new_cache(audio_features)
+    logits, _, _ = net.decoder(tokens, DecoderCache(cache.cross, [None] * len(cache.self_kv)))
     lang_tokens = torch.tensor(tokenizer.language_tokens)
     probs = logits[0, -1, lang_tokens].softmax(dim=-1)
     order = probs.argsort(descending=True)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from susurrus.audio.features import SAMPLE_RATE
+from susurrus.audio.features import SAMPLE_RATE, normalize, pad_or_trim
 from susurrus.decoding.alignment import (
     WordTiming,
     dtw,
@@ -44,7 +44,7 @@ from susurrus.decoding.alignment import (
     refine_with_energy,
     speech_frames,
 )
-from susurrus.decoding.decode import DecodingOptions, LogitRules
+from susurrus.decoding.decode import DecodingOptions, LogitRules, detect_language
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, DecoderCache, Whisper
 from susurrus.streaming.encoder import EncoderState, encode_step
@@ -67,6 +67,7 @@ from susurrus.streaming.vad import (
 )
 
 FRAME_S = 0.02  # seconds per encoder frame
+UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # written without spaces between words
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class StreamConfig:
     hallucination_guard: bool = True  # drop committed text over non-speech / known phrases over weak speech
     turns: TurnConfig | None = None  # server_vad turn detection (speech started/stopped, a flush per turn)
     semantic_turns: bool = False  # end turns sooner after a finished sentence, later when the text trails off
+    detect_ms: int = 3000  # multilingual without a language: audio heard before detecting it
     language: str | None = None
     task: str = "transcribe"
 
@@ -156,7 +158,16 @@ class TurnEnded:
     audio_end_ms: int  # as the SpeechStopped that closed it
 
 
-Event = Committed | Interim | SpeechStarted | SpeechStopped | TurnEnded
+@dataclass(frozen=True)
+class LanguageDetected:
+    """A multilingual stream without a fixed language picked one for the speech that follows."""
+
+    language: str
+    probability: float
+    audio_time: float
+
+
+Event = Committed | Interim | SpeechStarted | SpeechStopped | TurnEnded | LanguageDetected
 
 
 @dataclass
@@ -225,8 +236,12 @@ class StreamSession:
         when not given."""
         self.net = net
         self.config = config
-        language = config.language if net.is_multilingual else "en"
-        self.tokenizer = tokenizer.with_options(language or "en", config.task)
+        self._base_tokenizer = tokenizer
+        # multilingual without a language: detected at each window's start (so a stream can
+        # switch language between turns or pauses); until then nothing is decoded
+        self.detect = net.is_multilingual and config.language is None
+        self.language: str | None = None if self.detect else (config.language if net.is_multilingual else "en")
+        self.tokenizer = tokenizer.with_options(self.language or "en", config.task)
         self.mel_state = MelState(n_mels=net.dims.n_mels)
         self.window = WindowState(mel=torch.zeros(net.dims.n_mels, 0))
         self.cross = CrossBuffer(silence if silence is not None else silence_cross_kv(net))
@@ -358,6 +373,8 @@ class StreamSession:
             return []
         events = self._step(final=True, flush=True)
         self._reanchor(at_end=True)
+        if self.detect:
+            self.language = None  # the next speech may be in another language
         if self.config.vad:  # nothing more to compute until speech resumes
             self.idle = True
             self.idle_since_ms = self.samples_fed * 1000 / SAMPLE_RATE
@@ -401,11 +418,15 @@ class StreamSession:
         if n_real == 0:
             return []
         self._update_cross(before, enc)
+        events: list[Event] = []
+        if self.language is None:
+            if n_real * FRAME_S * 1000 < self.config.detect_ms and not final:
+                return []  # too little audio to tell the language yet
+            events.append(self._detect_language())
         # a decoder that committed nothing for a while may be stuck on a token whose attention
         # glitches past the audio edge: then decode past one such token and let it through
         relaxed = (enc.frames - win.committed_end_frame) * FRAME_S > cfg.commit_margin_ms / 1000 + 2.0
         tokens, frames, probs, qk, cache, following = self._decode(n_real, final, relaxed)
-        events: list[Event] = []
         if final:
             n_commit = len(tokens)
         elif not win.committed and win.mel.shape[1] * 10 < cfg.first_commit_ms:
@@ -434,6 +455,20 @@ class StreamSession:
             events.append(Interim(self.interim, self.audio_time))
         self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0, encoded, len(tokens)))
         return events
+
+    def _detect_language(self) -> LanguageDetected:
+        """Pick the window's language as Whisper does offline: from the decoder's first
+        prediction over a full (bidirectional) encoding of the window's audio so far, padded
+        to 30 s. One extra encode per window; the incremental encoder's causal frames with
+        the static silence pad mislead multilingual models into English."""
+        mel = normalize(self.window.mel, self.mel_state.running_max)
+        features = self.net.embed_audio(pad_or_trim(mel)[None])
+        ranked = detect_language(self.net, self._base_tokenizer, features)
+        self.language, probability = ranked[0]
+        self.tokenizer = self._base_tokenizer.with_options(self.language, self.config.task)
+        self.window.prefix = None
+        self._rules = None
+        return LanguageDetected(self.language, round(probability, 4), self.audio_time)
 
     def _hallucinated(self, words: list[StreamWord], alone: bool) -> bool:
         """The guard against text without speech, from the VAD's speech fraction over the
@@ -531,6 +566,8 @@ class StreamSession:
                 glitched = True
             elif frame >= n_real - edge and not final and not relaxed:
                 break  # too close to the edge to be stable: not worth a decoder pass yet
+            elif final and frame >= n_real + 10 and self._starts_word(nxt):
+                break  # at the end too, a new word read in the silence after the audio is invented
             if _repeats_third_time(seq + [nxt]):
                 break  # a phrase about to be said a third time in a row: a decoding loop
             tokens.append(nxt)
@@ -593,6 +630,8 @@ class StreamSession:
         piece = self._pieces.get(token)
         if piece is None:
             piece = self._pieces[token] = self.tokenizer.decode([token])
+        if self.language in UNSPACED_LANGUAGES:  # any whole character may end a word
+            return "\ufffd" not in piece
         return piece.startswith(" ")
 
     def _words(self, tokens: list[int], n_commit: int, probs: list[float], qk: torch.Tensor,
