@@ -121,11 +121,12 @@ def test_latency_preset_and_openai_delay_map_onto_stream_settings(server):
         s = c.until("session.updated")["session"]
         ext = s["susurrus"]
         assert (ext["latency"], ext["lookahead_ms"], ext["chunk_ms"]) == ("high", 700, PRESETS["high"].chunk_ms)
-        # server_vad is accepted and reported; until endpointing lands the client commits (a warning says so)
-        c.send(update_event(audio={"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 500}}}))
+        # server_vad is reported with OpenAI's defaults filled in (tests/test_server_turns.py runs it)
+        c.send(update_event(audio={"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 400}}}))
         s = c.until("session.updated")["session"]
-        assert s["audio"]["input"]["turn_detection"]["type"] == "server_vad"
-        assert c.until("susurrus.warning")["code"] == "turn_detection_not_implemented"
+        assert s["audio"]["input"]["turn_detection"] == {"type": "server_vad", "threshold": 0.5,
+                                                         "prefix_padding_ms": 300, "silence_duration_ms": 400}
+        assert not any(e["type"] == "susurrus.warning" for e in c.events)
 
 
 def test_healthz_and_metrics(server, dev_item):

@@ -233,7 +233,7 @@ def _cmd_client(args: argparse.Namespace) -> int:
         return 2
     return main_client(args.url, args.input, mic=args.mic, realtime=args.realtime, rate=args.rate,
                        block_ms=args.block_ms, latency=args.latency, language=args.language,
-                       api_key=args.api_key)
+                       api_key=args.api_key, turns=args.turns)
 
 
 def _add_stream_args(p: argparse.ArgumentParser) -> None:
@@ -348,8 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("client", help="stream a file or the microphone to a realtime server",
                        description="Connect to a susurrus (or any OpenAI Realtime transcription) server, stream "
-                                   "audio as one item and print committed text live (interim dimmed on a "
-                                   "terminal).")
+                                   "audio as one item (or, with --turns, as speech turns the server detects) and "
+                                   "print committed text live (interim dimmed on a terminal).")
     c.add_argument("url", help="WebSocket URL, e.g. ws://127.0.0.1:8000/v1/realtime")
     c.add_argument("input", nargs="?", metavar="FILE", help="an audio file to stream")
     c.add_argument("--mic", action="store_true", help="stream the microphone (needs sounddevice) until Ctrl+C")
@@ -360,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--latency", choices=["low", "medium", "high"], default=None, help="latency preset")
     c.add_argument("--language", default=None, help="language code (multilingual models)")
     c.add_argument("--api-key", default=None, help="sent as 'Authorization: Bearer KEY'")
+    c.add_argument("--turns", action="store_true",
+                   help="server turn detection (OpenAI server_vad): the server ends each speech turn after "
+                        "500 ms of silence; one line per turn")
     c.set_defaults(func=_cmd_client)
     return parser
 

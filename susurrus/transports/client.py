@@ -5,6 +5,12 @@ Speaks the OpenAI Realtime transcription protocol with the ``websockets`` librar
 ``--realtime``), one ``input_audio_buffer.commit`` at the end, then it waits for
 ``...transcription.completed``. Committed text (``delta`` events) is printed plain, the
 interim guess (``susurrus.interim``) dimmed on a terminal.
+
+With ``--turns`` the session uses ``server_vad``: the server ends each speech turn itself and
+every completed turn is printed as its own line. At the end of the audio the client commits
+twice: the first commit ends a turn still open, the second (event id ``END_MARKER``) always
+finds the buffer empty, and its error, which comes after everything the server had to say,
+ends the session.
 """
 
 from __future__ import annotations
@@ -23,11 +29,19 @@ import numpy as np
 
 from susurrus.audio.io import decode_audio
 
+FLUSH_MARKER = "susurrus-client-flush"  # event ids of the two closing commits (--turns)
+END_MARKER = "susurrus-client-end"
+COMMIT_EMPTY = "input_audio_buffer_commit_empty"
 
-def session_update(rate: int, latency: str | None = None, language: str | None = None) -> dict[str, Any]:
+
+def session_update(rate: int, latency: str | None = None, language: str | None = None,
+                   turns: bool = False) -> dict[str, Any]:
+    """``session.update`` for a transcription session; ``turns``: ``server_vad`` with OpenAI's
+    defaults (threshold 0.5, 300 ms prefix padding, 500 ms of silence ends a turn)."""
+    turn_detection = {"type": "server_vad"} if turns else None
     session: dict[str, Any] = {
         "type": "transcription",
-        "audio": {"input": {"format": {"type": "audio/pcm", "rate": rate}, "turn_detection": None,
+        "audio": {"input": {"format": {"type": "audio/pcm", "rate": rate}, "turn_detection": turn_detection,
                             "transcription": {"model": "susurrus", "language": language}}},
     }
     if latency:
@@ -126,11 +140,13 @@ class Printer:
 
 
 async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, latency: str | None = None,
-                     language: str | None = None, api_key: str | None = None, out: TextIO = sys.stdout,
-                     err: TextIO = sys.stderr) -> int:
-    """Stream ``blocks`` (int16 at ``rate``) as one item; returns 0 when the transcript arrived."""
+                     language: str | None = None, api_key: str | None = None, turns: bool = False,
+                     out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Stream ``blocks`` (int16 at ``rate``) as one item, or with ``turns`` as speech turns the
+    server detects (one line each); returns 0 when every transcript arrived."""
     import websockets
 
+    out, err = out or sys.stdout, err or sys.stderr  # looked up now: the caller may have redirected them
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     printer = Printer(out)
     status = 0
@@ -154,13 +170,18 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
                 elif kind == "conversation.item.input_audio_transcription.completed":
                     printer.show("", "")
                     printer.end_item()
-                    done.set()
+                    if not turns:
+                        done.set()
                 elif kind == "conversation.item.input_audio_transcription.failed":
                     print(f"susurrus client: transcription failed: {event['error'].get('message')}", file=err)
                     status = 1
                     done.set()
                 elif kind == "error":
                     e = event.get("error", {})
+                    if turns and e.get("event_id") in (FLUSH_MARKER, END_MARKER) and e.get("code") == COMMIT_EMPTY:
+                        if e.get("event_id") == END_MARKER:  # the server has said everything
+                            done.set()
+                        continue
                     print(f"susurrus client: server error {e.get('code')}: {e.get('message')}", file=err)
                     if e.get("code") in ("invalid_api_key", "session_limit_reached"):
                         status = 1
@@ -170,14 +191,20 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
 
         receiver = asyncio.create_task(receive())
         try:
-            await ws.send(json.dumps(session_update(rate, latency, language)))
+            await ws.send(json.dumps(session_update(rate, latency, language, turns)))
             async for block in blocks:
                 if done.is_set():
                     break
                 await ws.send(json.dumps(append_event(block)))
                 sent_audio = sent_audio or len(block) > 0
             if sent_audio and not done.is_set():
-                await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+                if turns:  # end the open turn, then a commit that only says the server is done
+                    for marker in (FLUSH_MARKER, END_MARKER):
+                        await ws.send(json.dumps({"type": "input_audio_buffer.commit", "event_id": marker}))
+                else:
+                    await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+            elif not sent_audio and turns:
+                done.set()
         except websockets.ConnectionClosed:
             pass
         waiter = asyncio.create_task(done.wait())
@@ -192,7 +219,7 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
 
 
 def main_client(url: str, source: str | None, *, mic: bool, realtime: bool, rate: int, block_ms: int,
-                latency: str | None, language: str | None, api_key: str | None) -> int:
+                latency: str | None, language: str | None, api_key: str | None, turns: bool = False) -> int:
     if mic:
         try:
             import sounddevice  # noqa: F401 - fail before connecting, with a clear message
@@ -204,7 +231,8 @@ def main_client(url: str, source: str | None, *, mic: bool, realtime: bool, rate
         assert source is not None
         blocks = file_blocks(source, rate, block_ms, realtime)
     try:
-        return asyncio.run(run_client(url, blocks, rate, latency=latency, language=language, api_key=api_key))
+        return asyncio.run(run_client(url, blocks, rate, latency=latency, language=language, api_key=api_key,
+                                      turns=turns))
     except OSError as err:
         print(f"susurrus client: cannot connect to {url}: {err}", file=sys.stderr)
         return 2

@@ -22,6 +22,14 @@ commit starts an *item* with its own :class:`~susurrus.streaming.session.StreamS
 transcribed as it arrives, so committed text streams out as ``delta`` events while the user is
 still speaking; ``input_audio_buffer.commit`` ends the item (``committed`` at once, then the
 last deltas and ``completed`` with the whole transcript); ``clear`` drops the uncommitted item.
+
+With ``turn_detection: {type: "server_vad" | "semantic_vad"}`` the connection's audio goes through
+one stream with turn detection (:class:`TurnStream`; the stream's ``turns``): each speech turn is
+an item, opened at ``input_audio_buffer.speech_started`` (its ``item_id`` is allocated there),
+its committed text streamed as ``delta`` events, ended at ``speech_stopped`` (then
+``input_audio_buffer.committed``, the turn's last deltas and ``completed``). Audio times are ms
+of the session's audio. ``commit`` forces the end of the open turn; ``clear`` drops the audio not
+yet transcribed and the open turn with it.
 """
 
 from __future__ import annotations
@@ -33,13 +41,22 @@ import secrets
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from susurrus.audio.resampler import StreamResampler
-from susurrus.streaming.session import Committed, Interim, StreamConfig, StreamSession, stream_config
+from susurrus.streaming.session import (
+    Committed,
+    Interim,
+    StreamConfig,
+    StreamSession,
+    StreamWord,
+    TurnEnded,
+    stream_config,
+)
+from susurrus.streaming.vad import SpeechStarted, SpeechStopped, TurnConfig
 
 SAMPLE_RATE = 16000
 DEFAULT_RATE = 24000  # OpenAI's PCM rate: what a client sends unless it says otherwise
@@ -48,6 +65,12 @@ SUPPORTED_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 # OpenAI's ``transcription.delay`` onto the latency presets
 DELAY_TO_PRESET = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 LATENCIES = ("low", "medium", "high")
+# OpenAI's server_vad defaults
+SERVER_VAD_DEFAULTS = {"threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500}
+# semantic_vad ``eagerness`` onto the silence that ends a turn whose text reads as neither finished nor
+# trailing off; the stream halves it after a finished sentence and doubles it when the text trails off
+# (``streaming.vad.text_turn_silence_ms``)
+EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 500, "auto": 500, "high": 250}
 
 # error codes (``error.code``); OpenAI's where it has one
 INVALID_JSON = "invalid_json"
@@ -60,6 +83,7 @@ UNSUPPORTED_FORMAT = "unsupported_audio_format"
 UNSUPPORTED_RATE = "unsupported_sample_rate"
 FORMAT_LOCKED = "format_change_with_buffered_audio"
 COMMIT_EMPTY = "input_audio_buffer_commit_empty"
+TURNS_LOCKED = "turn_detection_change_with_buffered_audio"
 BUFFER_FULL = "input_audio_buffer_full"
 MESSAGE_TOO_LARGE = "message_too_large"
 BINARY_FRAME = "binary_frame_not_supported"
@@ -115,9 +139,20 @@ class SessionSettings:
     chunk_ms: int | None = None
     lookahead_ms: int | None = None
 
+    @property
+    def server_turns(self) -> bool:
+        """Turn detection by the server (``server_vad`` or ``semantic_vad``)."""
+        return self.turn_detection is not None
+
     def stream_config(self) -> StreamConfig:
-        return stream_config(self.latency, chunk_ms=self.chunk_ms, lookahead_ms=self.lookahead_ms,
-                             language=self.language)
+        cfg = stream_config(self.latency, chunk_ms=self.chunk_ms, lookahead_ms=self.lookahead_ms,
+                            language=self.language)
+        if self.turn_detection is None:
+            return cfg
+        turns, semantic = turn_config(self.turn_detection)
+        # the compute gate hears speech where turns do: no words outside a turn
+        return replace(cfg, turns=turns, semantic_turns=semantic,
+                       vad_threshold=min(0.99, max(0.01, turns.threshold)))
 
 
 def parse_client_event(data: str | bytes | None, max_bytes: int) -> dict[str, Any]:
@@ -238,16 +273,10 @@ def apply_update(settings: SessionSettings, event: dict[str, Any], *, multilingu
                                     f"{param}.delay")
             changes["delay"] = t["delay"]
             changes["latency"] = DELAY_TO_PRESET[t["delay"]]
-    # turn detection: accepted and reported (see TurnPolicy)
+    # turn detection
     for src, param in ((audio_input, "session.audio.input.turn_detection"), (s, "session.turn_detection")):
         if "turn_detection" in src:
-            td = src["turn_detection"]
-            if td is not None:
-                td = _object(td, param)
-                if td.get("type") not in ("server_vad", "semantic_vad"):
-                    raise ProtocolError(INVALID_VALUE, "turn_detection.type must be 'server_vad' or 'semantic_vad' "
-                                                       "(or turn_detection null)", f"{param}.type")
-            changes["turn_detection"] = td
+            changes["turn_detection"] = parse_turn_detection(src["turn_detection"], param)
     if "include" in s:
         inc = s["include"]
         if inc is not None and not (isinstance(inc, list) and all(isinstance(x, str) for x in inc)):
@@ -273,6 +302,53 @@ def apply_update(settings: SessionSettings, event: dict[str, Any], *, multilingu
     except ValueError as err:
         raise ProtocolError(INVALID_VALUE, str(err), "session.susurrus") from None
     return updated
+
+
+def parse_turn_detection(value: Any, param: str) -> dict[str, Any] | None:
+    """A client's ``turn_detection`` checked and completed with OpenAI's defaults (as reported
+    back in ``session.updated``); fields this server does not use (``create_response``,
+    ``interrupt_response``, ``idle_timeout_ms``) are kept as given."""
+    if value is None:
+        return None
+    td = dict(_object(value, param))
+    kind = td.get("type")
+    if kind == "server_vad":
+        for key, default in SERVER_VAD_DEFAULTS.items():
+            v = td.get(key)
+            if v is None:
+                td[key] = default
+                continue
+            if key == "threshold":
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0
+                want = "a number within 0.0..1.0"
+            else:
+                ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 10_000
+                want = "an integer within 0..10000 (ms)"
+            if not ok:
+                raise ProtocolError(INVALID_VALUE, f"turn_detection.{key} must be {want}", f"{param}.{key}")
+    elif kind == "semantic_vad":
+        eagerness = td.get("eagerness") or "auto"
+        if eagerness not in EAGERNESS_SILENCE_MS:
+            raise ProtocolError(INVALID_VALUE, "turn_detection.eagerness must be one of "
+                                               f"{', '.join(EAGERNESS_SILENCE_MS)}", f"{param}.eagerness")
+        td["eagerness"] = eagerness
+    else:
+        raise ProtocolError(INVALID_VALUE, "turn_detection.type must be 'server_vad' or 'semantic_vad' "
+                                           "(or turn_detection null)", f"{param}.type")
+    return td
+
+
+def turn_config(td: dict[str, Any]) -> tuple[TurnConfig, bool]:
+    """A parsed ``turn_detection`` onto the stream's ``(turns, semantic_turns)``.
+
+    ``server_vad``: ``threshold``, ``prefix_padding_ms``, ``silence_duration_ms`` as given.
+    ``semantic_vad``: OpenAI's defaults for threshold and padding, the silence from
+    ``eagerness`` (:data:`EAGERNESS_SILENCE_MS`: low 1000 ms, medium/auto 500, high 250), and
+    the end of turn read from the text so far (``semantic_turns``)."""
+    if td.get("type") == "semantic_vad":
+        return TurnConfig(SERVER_VAD_DEFAULTS["threshold"], SERVER_VAD_DEFAULTS["prefix_padding_ms"],
+                          EAGERNESS_SILENCE_MS[td.get("eagerness") or "auto"]), True
+    return TurnConfig(float(td["threshold"]), int(td["prefix_padding_ms"]), int(td["silence_duration_ms"])), False
 
 
 def session_object(settings: SessionSettings, *, dialect: str, session_id: str, model_name: str) -> dict[str, Any]:
@@ -324,9 +400,9 @@ class ManualTurns:
 
 
 def turn_policy_for(turn_detection: dict[str, Any] | None) -> TurnPolicy:
-    """The policy for a session's ``turn_detection``. Voice activity detection is not built yet:
-    ``server_vad``/``semantic_vad`` are accepted and reported but behave as ``null`` (the client
-    commits; a ``susurrus.warning`` says so). The endpointing work replaces this function."""
+    """The per-item policy for a session's ``turn_detection``: items exist only without server
+    turn detection (``null``: the client commits). ``server_vad``/``semantic_vad`` do not go
+    through items at all: the connection's audio runs as one :class:`TurnStream`."""
     return ManualTurns()
 
 
@@ -438,13 +514,62 @@ class Item:
     fed: int = 0  # 16 kHz samples fed to the stream
 
 
+@dataclass
+class ItemChain:
+    """The connection's last committed item (``previous_item_id``): written on the event loop
+    by client commits, in the worker by turn ends."""
+
+    last: str | None = None
+
+
+@dataclass(eq=False)
+class Turn:
+    """The open speech turn of a :class:`TurnStream`: the item it becomes."""
+
+    id: str
+    deltas: list[str] = field(default_factory=list)
+    interim: str = ""
+
+
+@dataclass(eq=False)
+class TurnStream:
+    """``server_vad`` / ``semantic_vad``: a connection's audio as one stream with turn detection
+    (the stream and its state are made and used in the worker only; the event loop sets
+    ``dropped``). A client commit ends the stream (``finish``) and the next audio starts a new
+    one, ``offset`` samples later; times in events are ms of the session's audio
+    (``origin_ms`` of it came before this stream: earlier streams, cleared audio)."""
+
+    rate: int
+    config: StreamConfig  # with ``turns``
+    origin_ms: float
+    chain: ItemChain
+    accepted_samples: int = 0  # input samples accepted (at ``rate``)
+    dropped: bool = False  # cleared, settings changed, or the connection closed: pending work is skipped
+    stream: StreamSession | None = None
+    resampler: StreamResampler | None = None
+    carry: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))  # 16 kHz, less than a block
+    fed: int = 0  # 16 kHz samples fed to streams
+    offset: int = 0  # 16 kHz samples fed to this TurnStream's earlier streams
+    turn: Turn | None = None
+
+    def ms(self, stream_ms: float) -> int:
+        """A time of the current stream in ms of the session's audio."""
+        return int(round(self.origin_ms + self.offset * 1000 / SAMPLE_RATE + stream_ms))
+
+    @property
+    def shift_s(self) -> float:
+        return self.ms(0) / 1000
+
+
 @dataclass(eq=False)
 class Work:
-    """``append`` (samples at the item's rate), ``commit`` or ``drop`` for one item."""
+    """``append`` (samples at the item's rate) or ``commit`` for one item or turn stream; ``end``
+    for a turn stream (its settings changed: the open turn completes, nothing more comes)."""
 
     kind: str
-    item: Item
+    item: Item | TurnStream
     pcm: np.ndarray | None = None
+    event_id: str | None = None  # the client event's, for an error the worker reports
 
     @property
     def audio_s(self) -> float:
@@ -468,6 +593,8 @@ class Transcriber:
 
     def run(self, work: Work) -> WorkResult:
         item = work.item
+        if isinstance(item, TurnStream):
+            return self._run_turns(work, item)
         if item.dropped or item.failed:
             self.metrics.dropped(work.audio_s)
             return WorkResult([], [])
@@ -511,7 +638,8 @@ class Transcriber:
         self.metrics.processed(fed_s, time.perf_counter() - t0, latencies)
         return WorkResult(events, signals)
 
-    def _feed(self, item: Item, samples: np.ndarray, final: bool, latencies: list[float]) -> list[dict[str, Any]]:
+    def _feed(self, item: Item | TurnStream, samples: np.ndarray, final: bool, latencies: list[float]
+              ) -> list[dict[str, Any]]:
         """Feed the stream whole ``chunk_ms`` blocks, one per call, as ``susurrus stream`` does:
         a step then reads exactly its block's audio, so the text does not depend on how the
         client cut its appends (the rest waits for the next append, or the commit)."""
@@ -521,7 +649,9 @@ class Transcriber:
         whole = len(audio) if final else len(audio) - len(audio) % block
         events: list[dict[str, Any]] = []
         for i in range(0, whole, block):
-            events += self._events(item, item.stream.feed(audio[i:min(i + block, whole)]), latencies)
+            new = item.stream.feed(audio[i:min(i + block, whole)])
+            events += (self._turn_events(item, new, latencies) if isinstance(item, TurnStream)
+                       else self._events(item, new, latencies))
         item.carry = audio[whole:].copy()
         item.fed += whole
         return events
@@ -548,9 +678,116 @@ class Transcriber:
         return out
 
 
+    # ------------------------------------------------------------------ server turn detection
+
+    def _run_turns(self, work: Work, ts: TurnStream) -> WorkResult:
+        if ts.dropped:
+            self.metrics.dropped(work.audio_s)
+            return WorkResult([], [])
+        t0 = time.perf_counter()
+        events: list[dict[str, Any]] = []
+        fed_s = 0.0
+        latencies: list[float] = []
+        try:
+            if ts.resampler is None:
+                ts.resampler = StreamResampler(ts.rate, SAMPLE_RATE)
+            if work.kind == "append":
+                assert work.pcm is not None
+                if ts.stream is None:
+                    ts.stream = self.model.stream(**_stream_kwargs(ts.config))
+                samples = ts.resampler.process(work.pcm.astype(np.float32) / 32768.0)
+                fed_s = len(samples) / SAMPLE_RATE
+                events += self._feed(ts, samples, final=False, latencies=latencies)
+            else:  # commit or end
+                tail = ts.resampler.flush() if work.kind == "end" else np.zeros(0, np.float32)
+                fed_s = len(tail) / SAMPLE_RATE
+                if ts.stream is None and (len(ts.carry) or len(tail)):
+                    ts.stream = self.model.stream(**_stream_kwargs(ts.config))
+                if ts.stream is not None:  # the audio not fed yet (it may open a turn)
+                    events += self._feed(ts, tail, final=True, latencies=latencies)
+                if work.kind == "commit" and ts.turn is None:
+                    # nothing to commit: server turn detection commits each turn when its speech stops
+                    self.metrics.error("invalid_request_error", COMMIT_EMPTY)
+                    events.append(error_event(ProtocolError(
+                        COMMIT_EMPTY, "input audio buffer holds no speech to commit: with server turn detection "
+                                      "each turn is committed when its speech stops", event_id=work.event_id)))
+                elif ts.stream is not None:
+                    # a client commit (or new settings) ends the open turn here: the stream finishes
+                    # (its turn completes) and the next audio starts a new one
+                    events += self._turn_events(ts, ts.stream.finish(), latencies)
+                    ts.offset += ts.stream.samples_fed
+                    ts.stream = None
+        except Exception as err:  # noqa: BLE001 - a failed turn must not take the session down
+            self.metrics.error("server_error", TRANSCRIPTION_FAILED)
+            error = {"type": "server_error", "code": TRANSCRIPTION_FAILED,
+                     "message": f"transcription failed: {type(err).__name__}: {err}", "param": None}
+            if ts.turn is not None:
+                events.append(server_event("conversation.item.input_audio_transcription.failed",
+                                           item_id=ts.turn.id, content_index=0, error=error))
+            else:
+                events.append(server_event("error", error={**error, "event_id": None}))
+            if ts.stream is not None:  # start afresh with the next audio
+                ts.offset += ts.stream.samples_fed
+            ts.stream, ts.turn, ts.carry = None, None, np.zeros(0, np.float32)
+        self.metrics.processed(fed_s, time.perf_counter() - t0, latencies)
+        return WorkResult(events, [])
+
+    def _turn_events(self, ts: TurnStream, stream_events: list, latencies: list[float]) -> list[dict[str, Any]]:
+        """Stream events with ``turns`` onto protocol events: a turn is an item."""
+        out: list[dict[str, Any]] = []
+        for ev in stream_events:
+            if isinstance(ev, SpeechStarted):
+                ts.turn = Turn(new_id("item"))
+                out.append(server_event("input_audio_buffer.speech_started", audio_start_ms=ts.ms(ev.audio_start_ms),
+                                        item_id=ts.turn.id))
+            elif isinstance(ev, SpeechStopped):
+                if ts.turn is None:
+                    continue
+                out.append(server_event("input_audio_buffer.speech_stopped", audio_end_ms=ts.ms(ev.audio_end_ms),
+                                        item_id=ts.turn.id))
+                out.append(server_event("input_audio_buffer.committed", item_id=ts.turn.id,
+                                        previous_item_id=ts.chain.last))
+                ts.chain.last = ts.turn.id
+            elif isinstance(ev, TurnEnded):
+                if ts.turn is None:
+                    continue
+                out.append(server_event(
+                    "conversation.item.input_audio_transcription.completed", item_id=ts.turn.id, content_index=0,
+                    transcript=ev.text,
+                    usage={"type": "duration", "seconds": round((ev.audio_end_ms - ev.audio_start_ms) / 1000, 3)}))
+                with self.metrics.lock:
+                    self.metrics.items_completed += 1
+                ts.turn = None
+            elif isinstance(ev, Committed):
+                latencies.extend(max(0.0, w.emitted_at - w.end) for w in ev.words)
+                turn = ts.turn
+                if turn is None:  # words outside a turn (not expected: the gate and turns share a threshold)
+                    continue
+                text = ev.text if turn.deltas else ev.text.lstrip()
+                if not text:
+                    continue
+                turn.deltas.append(text)
+                out.append(server_event("conversation.item.input_audio_transcription.delta", item_id=turn.id,
+                                        content_index=0, delta=text))
+                if self.extensions:
+                    out.append(server_event("susurrus.words", item_id=turn.id,
+                                            words=_word_dicts(ev.words, ts.shift_s)))
+            elif isinstance(ev, Interim) and self.extensions and ts.turn is not None \
+                    and ev.text != ts.turn.interim:
+                ts.turn.interim = ev.text
+                out.append(server_event("susurrus.interim", item_id=ts.turn.id, text=ev.text,
+                                        audio_time=round(ts.shift_s + ev.audio_time, 3)))
+        return out
+
+
+def _word_dicts(words: list[StreamWord], shift_s: float = 0.0) -> list[dict[str, Any]]:
+    return [{"word": w.word, "start": round(w.start + shift_s, 3), "end": round(w.end + shift_s, 3),
+             "emitted_at": round(w.emitted_at + shift_s, 3), "probability": w.probability} for w in words]
+
+
 def _stream_kwargs(cfg: StreamConfig) -> dict[str, Any]:
-    """``model.stream`` arguments that rebuild exactly ``cfg``."""
-    return asdict(cfg)
+    """``model.stream`` arguments that rebuild exactly ``cfg`` (shallow: ``turns`` stays a TurnConfig)."""
+    return {f.name: getattr(cfg, f.name) for f in fields(cfg)}
 
 
 # ---------------------------------------------------------------------------- the session
@@ -573,10 +810,15 @@ class RealtimeSession:
         self.extensions = extensions
         self.id = new_id("sess")
         self.settings = SessionSettings()
-        self.item: Item | None = None  # the uncommitted item, once audio arrived
-        self.previous_item_id: str | None = None
+        self.item: Item | None = None  # the uncommitted item, once audio arrived (no server turn detection)
+        self.turns: TurnStream | None = None  # server turn detection: the stream, once audio arrived
+        self.chain = ItemChain()
         self.pending_s = 0.0  # accepted audio not yet transcribed
-        self.warned_turns = False
+        self.accepted_s = 0.0  # all audio accepted in the session (the clock of speech_started/stopped)
+
+    @property
+    def previous_item_id(self) -> str | None:
+        return self.chain.last
 
     def opening_events(self) -> list[dict[str, Any]]:
         name = "transcription_session.created" if self.dialect == "beta" else "session.created"
@@ -599,11 +841,11 @@ class RealtimeSession:
         event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
         try:
             if kind in ("session.update", "transcription_session.update"):
-                return self._update(event, "beta" if kind.startswith("transcription_session") else "ga"), []
+                return self._update(event, "beta" if kind.startswith("transcription_session") else "ga")
             if kind == "input_audio_buffer.append":
                 return [], self._append(event)
             if kind == "input_audio_buffer.commit":
-                return self.commit()
+                return self.commit(event_id)
             if kind == "input_audio_buffer.clear":
                 return self.clear()
             if kind.startswith(("response.", "conversation.", "output_audio_buffer.")):
@@ -615,19 +857,24 @@ class RealtimeSession:
             err.event_id = err.event_id or event_id
             raise
 
-    def _update(self, event: dict[str, Any], dialect: str) -> list[dict[str, Any]]:
+    def _update(self, event: dict[str, Any], dialect: str) -> tuple[list[dict[str, Any]], list[Work]]:
         buffered = self.item is not None and self.item.accepted_samples > 0
-        self.settings = apply_update(self.settings, event, multilingual=self.multilingual, buffered_audio=buffered)
+        before = self.settings
+        updated = apply_update(before, event, multilingual=self.multilingual, buffered_audio=buffered)
+        if buffered and updated.server_turns:
+            raise ProtocolError(TURNS_LOCKED, "server turn detection cannot start while the buffer holds "
+                                              "uncommitted audio: commit or clear it first",
+                                "session.audio.input.turn_detection")
+        self.settings = updated
+        works: list[Work] = []
+        ts = self.turns
+        if ts is not None and (not updated.server_turns or updated.rate != ts.rate
+                               or updated.stream_config() != ts.config):
+            # new stream settings: the open turn completes here, the next audio starts a new stream
+            works.append(Work("end", ts))
+            self.turns = None
         name = "transcription_session.updated" if dialect == "beta" else "session.updated"
-        events = [server_event(name, session=self._session(dialect))]
-        if self.settings.turn_detection is not None and not self.warned_turns and self.extensions:
-            self.warned_turns = True
-            events.append(server_event(
-                "susurrus.warning", code="turn_detection_not_implemented",
-                message=f"turn_detection {self.settings.turn_detection.get('type')!r} is accepted but not "
-                        "implemented yet: audio is transcribed live, and items end when the client sends "
-                        "input_audio_buffer.commit"))
-        return events
+        return [server_event(name, session=self._session(dialect))], works
 
     def _append(self, event: dict[str, Any]) -> list[Work]:
         pcm = decode_pcm16(event.get("audio"))
@@ -639,20 +886,37 @@ class RealtimeSession:
                                              f"append of {seconds:.2f} s would pass the limit of "
                                              f"{self.limits.max_buffered_s:g} s: it was rejected (earlier audio is "
                                              "kept); send at speaking pace or retry later", "audio")
-        if self.item is None:
-            self.item = Item(new_id("item"), self.settings.rate, self.settings.stream_config(),
-                             turn_policy_for(self.settings.turn_detection))
-        self.item.accepted_samples += len(pcm)
+        target: Item | TurnStream
+        if self.settings.server_turns:
+            target = self._turn_stream()
+        else:
+            if self.item is None:
+                self.item = Item(new_id("item"), self.settings.rate, self.settings.stream_config(),
+                                 turn_policy_for(self.settings.turn_detection))
+            target = self.item
+        target.accepted_samples += len(pcm)
         self.pending_s += seconds
-        return [Work("append", self.item, pcm)]
+        self.accepted_s += seconds
+        return [Work("append", target, pcm)]
 
-    def commit(self) -> tuple[list[dict[str, Any]], list[Work]]:
+    def _turn_stream(self) -> TurnStream:
+        if self.turns is None:
+            self.turns = TurnStream(self.settings.rate, self.settings.stream_config(), self.accepted_s * 1000,
+                                    self.chain)
+        return self.turns
+
+    def commit(self, event_id: str | None = None) -> tuple[list[dict[str, Any]], list[Work]]:
+        if self.settings.server_turns:
+            # ends the open turn, if any: the worker knows, in order with the audio, and sends
+            # committed and completed, or the error when no turn is open (also after everything
+            # earlier audio caused: a client can wait for it)
+            return [], [Work("commit", self._turn_stream(), event_id=event_id)]
         item = self.item
         if item is None or item.accepted_samples == 0:
             raise ProtocolError(COMMIT_EMPTY, "input audio buffer is empty: append audio before committing")
         events = [server_event("input_audio_buffer.committed", item_id=item.id,
-                               previous_item_id=self.previous_item_id)]
-        self.previous_item_id = item.id
+                               previous_item_id=self.chain.last)]
+        self.chain.last = item.id
         self.item = None
         return events, [Work("commit", item)]
 
@@ -660,6 +924,11 @@ class RealtimeSession:
         if self.item is not None:
             self.item.dropped = True  # queued appends for it are skipped by the worker
             self.item = None
+        if self.turns is not None:
+            # the same for the turn stream: audio not transcribed yet is dropped, and the open turn
+            # with it (no committed/completed for it); the next audio starts a new stream
+            self.turns.dropped = True
+            self.turns = None
         return [server_event("input_audio_buffer.cleared")], []
 
     def turn(self, signal: TurnSignal) -> tuple[list[dict[str, Any]], list[Work]]:
@@ -683,6 +952,8 @@ class RealtimeSession:
         """The connection ended: drop everything not yet transcribed."""
         if self.item is not None:
             self.item.dropped = True
+        if self.turns is not None:
+            self.turns.dropped = True
         for work in pending:
             work.item.dropped = True
             self.metrics.dropped(work.audio_s)

@@ -6,7 +6,8 @@
 - ``/``: the browser demo (``web/``).
 
 One model per server, shared by every session; each session has its own
-:class:`~susurrus.streaming.session.StreamSession` per item. Model work runs in a thread pool
+:class:`~susurrus.streaming.session.StreamSession` per item (with server turn detection, one for
+the connection's audio, whose turns are the items). Model work runs in a thread pool
 (torch releases the GIL), one job at a time per session and in order, so the event loop only
 moves messages and a slow session never blocks another's socket.
 """
