@@ -90,3 +90,53 @@ def test_browser_demo_transcribes_the_microphone(server, tiny, dev_item, tmp_pat
     wer_stream = corpus_error_rate([(item.text, reference)])
     print(f"\npage: {page_text!r} (WER {wer_page:.1f} %)\nsusurrus stream: {reference!r} (WER {wer_stream:.1f} %)")
     assert wer_page <= wer_stream + 3.0, (page_text, reference)
+
+
+@pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
+                    reason="headless Chromium not installed (apt-get install chromium chromium-driver; .ci/run does)")
+def test_browser_demo_with_turn_detection_shows_each_turn_as_a_paragraph(server, longform_items, tmp_path):
+    """The *Turn detection* checkbox: three utterances with 1.5 s of silence between them reach
+    the page as three completed paragraphs while the microphone stays live."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    from susurrus.evaluation import signals
+
+    item = next((i for i in longform_items if i.id.startswith("dev_ljspeech")), None)
+    if item is None or len(item.segments) < 8:
+        pytest.skip("the LJSpeech long-form stream (with segments) is not in the manifest")
+    segs = [item.segments[k] for k in (1, 3, 7)]  # 1.9, 5.1 and 1.8 s
+    full = decode_audio(item.audio)
+    pieces = [full[round((s["start_s"] - 0.2) * 16000):round((s["end_s"] + 0.2) * 16000)] for s in segs]
+    audio = np.concatenate([pieces[0], signals.silence(1.5), pieces[1], signals.silence(1.5), pieces[2]])
+    texts = [s["text"] for s in segs]
+    wav = tmp_path / "mic.wav"  # Chromium loops the file: 5 s of silence after it, the test stops inside
+    sf.write(wav, np.concatenate([audio, np.zeros(5 * 16000, np.float32)]), 16000, subtype="PCM_16")
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--use-fake-ui-for-media-stream",
+                 "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={wav}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    try:
+        driver.get(f"{server.http_url}/")
+        body = driver.find_element(By.TAG_NAME, "body")
+        driver.find_element(By.ID, "turns").click()
+        driver.find_element(By.ID, "start").click()
+        _wait(lambda: body.get_attribute("data-state") == "live", 30, "the microphone to start")
+        _wait(lambda: body.get_attribute("data-items-completed") == "3", len(audio) / 16000 + 30, "three turns")
+        still_live = body.get_attribute("data-state")
+        driver.find_element(By.ID, "stop").click()
+        _wait(lambda: body.get_attribute("data-state") == "idle", 30, "the session to end")
+        paragraphs = [e.get_attribute("data-transcript")
+                      for e in driver.find_elements(By.CSS_SELECTOR, "#transcript .item")]
+        status = driver.find_element(By.ID, "status").text
+    finally:
+        driver.quit()
+    print(f"\nparagraphs: {paragraphs}")
+    assert still_live == "live"  # a completed turn does not end the session
+    assert status == "Done."
+    assert len(paragraphs) == 3
+    assert corpus_error_rate(list(zip(texts, paragraphs))) <= 15.0

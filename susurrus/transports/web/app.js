@@ -1,20 +1,26 @@
 // susurrus demo: microphone (or a file played as if live) -> AudioWorklet -> PCM16 at 24 kHz ->
 // OpenAI Realtime transcription events over a WebSocket -> committed text plain, interim dimmed.
+// With "Turn detection" the session uses server_vad: the server ends each speech turn itself, and
+// each turn (an item) is its own paragraph.
 "use strict";
 
 const RATE = 24000; // OpenAI's PCM rate; the AudioContext resamples the microphone to it
 const BLOCK = RATE / 10; // 100 ms per append
+// event ids of the two commits that end a turn-detection session: the first ends a turn still
+// open, the second always finds the buffer empty and its error comes after everything else
+const FLUSH_MARKER = "demo-flush";
+const END_MARKER = "demo-end";
 
 const $ = (id) => document.getElementById(id);
 const ui = {
-  start: $("start"), stop: $("stop"), latency: $("latency"), file: $("file"), apikey: $("apikey"),
+  start: $("start"), stop: $("stop"), latency: $("latency"), file: $("file"), apikey: $("apikey"), turns: $("turns"),
   level: $("level"), status: $("status"), transcript: $("transcript"), wsurl: $("wsurl"),
   wordinfo: $("wordinfo"),
 };
 const wsUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
 ui.wsurl.textContent = wsUrl;
 
-let run = null; // the live capture: {ws, ctx, node, media, source, sent}
+let run = null; // the live capture: {ws, ctx, node, media, source, sent, turns}
 const items = new Map(); // item_id -> {el, committed, interim, first}
 let completed = 0;
 
@@ -24,6 +30,7 @@ function setState(state, message) {
   const busy = state !== "idle";
   ui.start.disabled = busy;
   ui.file.disabled = busy;
+  ui.turns.disabled = busy;
   ui.stop.disabled = state !== "live";
 }
 
@@ -82,16 +89,24 @@ function onEvent(ev) {
     case "susurrus.interim":
       item(ev.item_id).interim.textContent = ev.text;
       break;
+    case "input_audio_buffer.speech_started": // turn detection: the turn's paragraph opens
+      item(ev.item_id).el.classList.add("speaking");
+      break;
+    case "input_audio_buffer.speech_stopped":
+      item(ev.item_id).el.classList.remove("speaking");
+      break;
     case "input_audio_buffer.committed":
       break;
     case "conversation.item.input_audio_transcription.completed": {
       const it = item(ev.item_id);
       it.interim.textContent = "";
+      it.el.classList.remove("speaking");
       it.el.classList.add("done");
       it.el.dataset.transcript = ev.transcript;
       completed += 1;
       document.body.dataset.itemsCompleted = String(completed);
-      finish("Done.");
+      if (!run || !run.turns) finish("Done.");
+      else if (document.body.dataset.state === "live") ui.status.textContent = `Turn ${completed} done; listening…`;
       break;
     }
     case "conversation.item.input_audio_transcription.failed":
@@ -102,6 +117,11 @@ function onEvent(ev) {
       ui.status.textContent = ev.message;
       break;
     case "error":
+      if (ev.error.event_id === FLUSH_MARKER || ev.error.event_id === END_MARKER) {
+        // the closing commits of a turn-detection session: the second one means all is said
+        if (ev.error.event_id === END_MARKER) finish("Done.");
+        break;
+      }
       ui.status.textContent = `Server error (${ev.error.code}): ${ev.error.message}`;
       if (ev.error.code === "invalid_api_key" || ev.error.code === "session_limit_reached") finish();
       break;
@@ -124,6 +144,7 @@ function connect() {
   const protocols = ["realtime"];
   if (key) protocols.push(`openai-insecure-api-key.${key}`);
   const ws = new WebSocket(wsUrl, protocols);
+  const turns = ui.turns.checked;
   ws.onmessage = (msg) => onEvent(JSON.parse(msg.data));
   ws.onclose = (e) => {
     if (run && run.ws === ws) {
@@ -137,7 +158,8 @@ function connect() {
         type: "session.update",
         session: {
           type: "transcription",
-          audio: { input: { format: { type: "audio/pcm", rate: RATE }, turn_detection: null,
+          audio: { input: { format: { type: "audio/pcm", rate: RATE },
+                            turn_detection: turns ? { type: "server_vad" } : null,
                             transcription: { model: "susurrus" } } },
           susurrus: { latency: ui.latency.value },
         },
@@ -158,7 +180,7 @@ async function begin(makeSource, label) {
     const mute = ctx.createGain();
     mute.gain.value = 0;
     node.connect(mute).connect(ctx.destination); // keeps the worklet pulled by the graph, silently
-    run = { ws, ctx, node, media: null, source: null, sent: 0 };
+    run = { ws, ctx, node, media: null, source: null, sent: 0, turns: ui.turns.checked };
     node.port.onmessage = (e) => {
       if (!run || run.ws.readyState !== WebSocket.OPEN) return;
       run.ws.send(JSON.stringify({ type: "input_audio_buffer.append", audio: toBase64(e.data.pcm) }));
@@ -217,8 +239,12 @@ function stop() {
   // the flushed block arrives on the port; commit after it
   setTimeout(() => {
     if (!run) return;
-    if (run.sent > 0) run.ws.send(JSON.stringify({ type: "input_audio_buffer.commit" }));
-    else finish("Nothing was captured.");
+    if (run.sent === 0) finish("Nothing was captured.");
+    else if (run.turns) {
+      for (const id of [FLUSH_MARKER, END_MARKER]) {
+        run.ws.send(JSON.stringify({ type: "input_audio_buffer.commit", event_id: id }));
+      }
+    } else run.ws.send(JSON.stringify({ type: "input_audio_buffer.commit" }));
   }, 100);
 }
 
@@ -232,7 +258,8 @@ ui.transcript.addEventListener("mouseover", (e) => {
     ui.wordinfo.textContent = `“${e.target.textContent.trim()}”: ${e.target.title}`;
   }
 });
-ui.start.onclick = () => begin(micSource, "Listening… speak, then press Stop.");
+ui.start.onclick = () => begin(micSource, ui.turns.checked ? "Listening… speak; pause between turns; Stop ends."
+  : "Listening… speak, then press Stop.");
 ui.stop.onclick = () => stop();
 ui.file.onchange = () => {
   const file = ui.file.files[0];
@@ -243,6 +270,7 @@ ui.latency.onchange = () => {
   if (run && run.ws.readyState === WebSocket.OPEN) {
     run.ws.send(JSON.stringify({ type: "session.update", session: { type: "transcription",
       susurrus: { latency: ui.latency.value } } }));
-    ui.status.textContent = `Latency ${ui.latency.value}: applies from the next item.`;
+    ui.status.textContent = run.turns ? `Latency ${ui.latency.value}: the current turn ends here.`
+      : `Latency ${ui.latency.value}: applies from the next item.`;
   }
 };
