@@ -1,0 +1,99 @@
+"""Voice activity in the live engine: no compute and no text in non-speech, words kept at
+both edges of pauses, speech turns, feed sizes that do not matter, multilingual streams."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from susurrus.audio.io import decode_audio
+from susurrus.evaluation.metrics import corpus_error_rate
+from susurrus.evaluation.signals import music, pink_noise, white_noise
+from susurrus.streaming.session import Committed, LanguageDetected, TurnEnded
+from susurrus.streaming.vad import SpeechStarted, SpeechStopped, TurnConfig
+
+SR = 16000
+
+
+def _run(model, audio, piece=SR // 10, **settings):
+    stream = model.stream(**settings)
+    events = []
+    for i in range(0, len(audio), piece):
+        events.extend(stream.feed(audio[i:i + piece]))
+    events.extend(stream.finish())
+    return stream, events
+
+
+def test_feed_sizes_do_not_change_the_words(tiny, dev_item):
+    audio = decode_audio(dev_item("ljspeech_LJ001-0003").audio)
+    a, _ = _run(tiny, audio, piece=640 * 16)
+    b, _ = _run(tiny, audio, piece=1237)  # odd sizes straddle step boundaries
+    c, _ = _run(tiny, audio, piece=len(audio))  # all at once
+    assert a.words == b.words == c.words
+    assert len(a.words) > 10
+
+
+@pytest.mark.parametrize("signal", ["silence", "white", "pink", "music"])
+def test_non_speech_gives_no_words_and_no_compute(tiny, signal):
+    make = {"silence": lambda s: np.zeros(s * SR, np.float32), "white": white_noise, "pink": pink_noise,
+            "music": music}[signal]
+    audio = make(30)
+    stream, events = _run(tiny, audio)
+    assert stream.text == ""
+    assert not any(isinstance(e, Committed) for e in events)
+    assert len(stream.stats) <= 1  # not a single encoder/decoder step in 30 s of non-speech
+    # without voice activity the same audio is decoded at every step
+    ungated, _ = _run(tiny, audio, vad=False)
+    assert len(ungated.stats) >= 30 * 1000 // ungated.config.chunk_ms - 1
+
+
+def test_words_on_both_sides_of_a_long_pause_and_compute_follows_speech(tiny, dev_item):
+    first = dev_item("ljspeech_LJ001-0002")
+    second = dev_item("ljspeech_LJ001-0004")
+    a, b = decode_audio(first.audio), decode_audio(second.audio)
+    gap = np.zeros(20 * SR, np.float32)
+    stream, _ = _run(tiny, np.concatenate([a, gap, b]))
+    together, _ = _run(tiny, np.concatenate([a, np.zeros(SR // 2, np.float32), b]))
+    wer = corpus_error_rate([(first.text + " " + second.text, stream.text)])
+    assert wer <= corpus_error_rate([(first.text + " " + second.text, together.text)]) + 10
+    assert "comparatively modern" in stream.text.lower() and "block books" in stream.text.lower()
+    # the words after the gap are placed after it
+    late = [w for w in stream.words if "block" in w.word.lower()]
+    assert late and late[0].start > (len(a) + len(gap)) / SR - 0.5
+    # 20 s of silence cost at most ~2 s worth of steps (flush and idle), not 20 s worth
+    steps_gap = len(stream.stats) - len(together.stats)
+    assert steps_gap <= 2000 // stream.config.chunk_ms + 2
+
+
+def test_speech_turns_open_and_close_with_the_utterances(tiny, dev_items):
+    picked = [i for i in dev_items if i.id in ("ljspeech_LJ001-0002", "ljspeech_LJ001-0004", "ljspeech_LJ001-0006")]
+    assert len(picked) == 3
+    gap = np.zeros(int(1.5 * SR), np.float32)
+    pieces, bounds, t = [], [], 0.0
+    for item in picked:
+        audio = decode_audio(item.audio)
+        pieces += [audio, gap]
+        bounds.append((t, t + len(audio) / SR))
+        t += (len(audio) + len(gap)) / SR
+    stream, events = _run(tiny, np.concatenate(pieces), turns=TurnConfig())
+    kinds = [type(e) for e in events if isinstance(e, (SpeechStarted, SpeechStopped, TurnEnded))]
+    assert kinds == [SpeechStarted, SpeechStopped, TurnEnded] * 3
+    turns = [e for e in events if isinstance(e, TurnEnded)]
+    starts = [e for e in events if isinstance(e, SpeechStarted)]
+    for item, turn, started, (t0, t1) in zip(picked, turns, starts, bounds):
+        assert corpus_error_rate([(item.text, turn.text)]) <= 20
+        assert t0 - 0.4 <= started.speech_start_ms / 1000 <= t0 + 0.6  # clips carry a little leading silence
+        assert t1 - 0.5 <= turn.audio_end_ms / 1000 <= t1 + 1.2  # the stop comes 500 ms into the silence
+        assert all(t0 - 0.5 <= w.start and w.end <= t1 + 0.5 for w in turn.words)
+    # each turn's words were committed (and emitted) before its TurnEnded, none after
+    assert " ".join(t.text for t in turns) == stream.text.strip()
+
+
+def test_multilingual_stream_detects_the_language(base, dev_item):
+    item = dev_item("picovoice_test_fr")
+    audio = decode_audio(item.audio)
+    stream, events = _run(base, audio, lookahead_ms=1000)
+    detected = [e for e in events if isinstance(e, LanguageDetected)]
+    assert [e.language for e in detected] == ["fr"]
+    offline = " ".join(s.text for s in base.transcribe(audio, beam_size=1, temperature=0.0)[0])
+    assert corpus_error_rate([(item.text, stream.text)], "fr") <= corpus_error_rate([(item.text, offline)], "fr") + 25
