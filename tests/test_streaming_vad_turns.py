@@ -97,3 +97,22 @@ def test_multilingual_stream_detects_the_language(base, dev_item):
     assert [e.language for e in detected] == ["fr"]
     offline = " ".join(s.text for s in base.transcribe(audio, beam_size=1, temperature=0.0)[0])
     assert corpus_error_rate([(item.text, stream.text)], "fr") <= corpus_error_rate([(item.text, offline)], "fr") + 25
+
+
+def test_stream_command_prints_one_line_per_turn(dev_items, tmp_path):
+    import subprocess
+    import sys
+
+    import soundfile as sf
+
+    picked = [i for i in dev_items if i.id in ("ljspeech_LJ001-0002", "ljspeech_LJ001-0004")]
+    gap = np.zeros(int(1.5 * SR), np.float32)
+    audio = np.concatenate([x for item in picked for x in (decode_audio(item.audio), gap)])
+    path = tmp_path / "two_turns.wav"
+    sf.write(path, audio, SR)
+    out = subprocess.run([sys.executable, "-m", "susurrus.transports.cli", "stream", str(path), "--turns"],
+                         capture_output=True, text=True, check=True).stdout
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == 2 and all(line.startswith("[") for line in lines)
+    for item, line in zip(picked, lines):
+        assert corpus_error_rate([(item.text, line.split("]", 1)[1])]) <= 20

@@ -89,9 +89,10 @@ class LiveDisplay:
 
     DIM, RESET = "\x1b[2m", "\x1b[0m"
 
-    def __init__(self, stream, enabled: bool):
+    def __init__(self, stream, enabled: bool, turns: bool = False):
         self.out = stream
         self.enabled = enabled
+        self.turns = turns  # one line per speech turn (off a terminal: only those lines)
         self.tty = stream.isatty()
         self.line = ""
 
@@ -99,7 +100,7 @@ class LiveDisplay:
         if not self.enabled:
             return
         if not self.tty:
-            if committed:
+            if committed and not self.turns:
                 self.out.write(committed)
                 self.out.flush()
             return
@@ -111,6 +112,15 @@ class LiveDisplay:
         plain = max(0, len(shown) - len(interim))
         self.out.write("\r\x1b[K" + shown[:plain] + self.DIM + shown[plain:] + self.RESET)
         self.out.flush()
+
+    def turn(self, text: str, start_ms: int, end_ms: int) -> None:
+        """A speech turn ended: its own line, with its audio span."""
+        if not self.enabled:
+            return
+        span = f"[{start_ms / 1000:7.2f} -> {end_ms / 1000:7.2f}]"
+        self.out.write(("\r\x1b[K" if self.tty else "") + f"{span} {text}\n")
+        self.out.flush()
+        self.line = ""
 
     def close(self) -> None:
         if self.enabled:
@@ -126,12 +136,15 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     import susurrus
     from susurrus.audio.io import decode_audio
     from susurrus.streaming.output import write_stream_result
-    from susurrus.streaming.session import Committed, Interim
+    from susurrus.streaming.session import Committed, Interim, LanguageDetected, TurnEnded
+    from susurrus.streaming.vad import TurnConfig
 
     model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
+    turns = TurnConfig(silence_duration_ms=args.silence_ms) if args.turns or args.semantic_turns else None
     stream = model.stream(args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
                           commit_margin_ms=args.commit_margin_ms, policy=args.policy,
-                          first_commit_ms=args.first_commit_ms, language=args.language, task=args.task)
+                          first_commit_ms=args.first_commit_ms, language=args.language, task=args.task,
+                          vad=not args.no_vad, turns=turns, semantic_turns=args.semantic_turns)
     block = stream.config.chunk_ms * 16
     if args.input == "-":
         blocks = _read_stdin_pcm(args.pcm_format, block)
@@ -140,7 +153,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
         audio = decode_audio(args.input)
         blocks = (audio[i:i + block] for i in range(0, len(audio), block))
         name = Path(args.input).stem
-    display = LiveDisplay(sys.stdout, not args.quiet)
+    display = LiveDisplay(sys.stdout, not args.quiet, turns is not None)
     started = time.perf_counter()
     interim = ""
 
@@ -152,6 +165,12 @@ def _cmd_stream(args: argparse.Namespace) -> int:
                 committed += event.text
             elif isinstance(event, Interim):
                 interim = event.text
+            elif isinstance(event, TurnEnded):
+                display.update(committed, "")
+                committed, interim = "", ""
+                display.turn(event.text, event.audio_start_ms, event.audio_end_ms)
+            elif isinstance(event, LanguageDetected):
+                print(f"language: {event.language} (p={event.probability:.2f})", file=sys.stderr)
         display.update(committed, interim)
 
     for piece in blocks:
@@ -295,7 +314,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(s)
     _add_stream_args(s)
     s.add_argument("--language", default=None, help="language code (multilingual models)")
-    s.add_argument("--task", choices=["transcribe", "translate"], default=None)
+    s.add_argument("--task", choices=["transcribe", "translate"], default=None,
+                   help="translate: stream an English translation (multilingual models)")
+    s.add_argument("--turns", action="store_true",
+                   help="detect speech turns (OpenAI server_vad semantics) and print one line per turn")
+    s.add_argument("--semantic-turns", action="store_true",
+                   help="like --turns, ending turns sooner after a finished sentence and later when "
+                        "the text trails off")
+    s.add_argument("--silence-ms", type=int, default=500,
+                   help="silence that ends a turn (default: %(default)s)")
+    s.add_argument("--no-vad", action="store_true",
+                   help="no voice activity detection: decode every chunk, silence included")
     s.add_argument("--pcm-format", choices=["s16le", "f32le"], default="s16le",
                    help="stdin sample format, 16 kHz mono (default: %(default)s)")
     s.add_argument("--realtime", action="store_true",
