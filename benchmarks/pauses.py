@@ -15,7 +15,10 @@ Per stream and variant: WER against the manifest text (target: within 0.5 points
 unmodified stream), audio and speech seconds (speech: the sum of the segments' durations, the
 same in every variant), compute in core-seconds (``time.process_time``, VAD included), compute
 per audio-second and per speech-second (which should stay about the same in every variant:
-compute scales with speech), compute steps run and words the guard dropped.
+compute scales with speech), compute steps run and words the guard dropped. ``VAD alone``:
+Silero VAD run on its own over the same audio in the same pieces (its share of the stream's
+compute); ``rest``: the stream's compute less that, per speech-second (mel front end, encoder,
+decoder, flushes).
 
 Below the table, for each variant, the utterances whose words differ from the unmodified
 stream's (words assigned to the utterance their middle falls in, or the nearest one), so that
@@ -42,6 +45,7 @@ from susurrus.audio.io import decode_audio
 from susurrus.evaluation import signals
 from susurrus.evaluation.data import SHARED_DATA, read_manifest
 from susurrus.evaluation.metrics import corpus_error_rate, error_counts
+from susurrus.streaming.vad import VadState, load_vad, push_vad
 
 Variant = Callable[[np.ndarray, list[dict]], tuple[np.ndarray, list[dict]]]
 VARIANTS: dict[str, tuple[str, Variant]] = {
@@ -58,6 +62,7 @@ class Result:
     audio_s: float
     speech_s: float
     cpu_s: float
+    vad_s: float  # of which the VAD alone (measured on its own over the same audio)
     steps: int
     dropped: int
     text: str
@@ -74,7 +79,17 @@ def assign(words, segments: list[dict]) -> list[str]:
     return out
 
 
-def run(model, audio: np.ndarray, segments: list[dict], label: str) -> Result:
+def vad_cost(vad, audio: np.ndarray, piece: int) -> float:
+    """CPU seconds of Silero VAD alone over ``audio`` fed in ``piece``-sample pieces."""
+    state = VadState()
+    t0 = time.process_time()
+    for i in range(0, len(audio), piece):
+        push_vad(vad, state, audio[i:i + piece])
+    push_vad(vad, state, np.zeros(0, dtype=np.float32), final=True)
+    return time.process_time() - t0
+
+
+def run(model, vad, audio: np.ndarray, segments: list[dict], label: str) -> Result:
     stream = model.stream()
     piece = stream.config.chunk_ms * 16
     bar = tqdm(total=round(len(audio) / 16000), desc=label, unit="s audio", file=sys.stderr, leave=False)
@@ -86,8 +101,8 @@ def run(model, audio: np.ndarray, segments: list[dict], label: str) -> Result:
     cpu = time.process_time() - t0
     bar.close()
     speech_s = sum(s["end_s"] - s["start_s"] for s in segments)
-    return Result(len(audio) / 16000, speech_s, cpu, len(stream.stats), len(stream.dropped), stream.text,
-                  assign(stream.words, segments))
+    return Result(len(audio) / 16000, speech_s, cpu, vad_cost(vad, audio, piece), len(stream.stats),
+                  len(stream.dropped), stream.text, assign(stream.words, segments))
 
 
 def main() -> None:
@@ -98,6 +113,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = susurrus.load_model(args.model)
+    vad = load_vad(threads=1)
     items = read_manifest(args.data)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"{args.model} at {commit}, default stream, 1 thread, chunk-size pieces as fast as it computes\n")
@@ -108,7 +124,7 @@ def main() -> None:
         for key in args.variants.split(","):
             label, make = VARIANTS[key]
             audio, segs = make(audio0, item.segments)
-            r = run(model, audio, segs, f"{item.id[:24]} {label}")
+            r = run(model, vad, audio, segs, f"{item.id[:24]} {label}")
             wer = corpus_error_rate([(item.text, r.text)])
             if key == "unmodified":
                 base = r
@@ -122,12 +138,13 @@ def main() -> None:
                         diffs.append((item.id, label, seg, ea, eb, a.strip(), b.strip()))
     base_wer = {item_id: wer for item_id, label, wer, _ in rows if label == "unmodified"}
     print("| stream | variant | WER % | vs unmodified | audio s | speech s | compute core-s | core-s / audio-s "
-          "| core-s / speech-s | steps | dropped words |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| core-s / speech-s | VAD alone core-s | rest core-s / speech-s | steps | dropped words |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for item_id, label, wer, r in rows:
         delta = f"{wer - base_wer[item_id]:+.2f}" if item_id in base_wer else ""
         print(f"| {item_id} | {label} | {wer:.2f} | {delta} | {r.audio_s:.0f} | {r.speech_s:.0f} | {r.cpu_s:.1f} "
-              f"| {r.cpu_s / r.audio_s:.4f} | {r.cpu_s / r.speech_s:.4f} | {r.steps} | {r.dropped} |")
+              f"| {r.cpu_s / r.audio_s:.4f} | {r.cpu_s / r.speech_s:.4f} | {r.vad_s:.1f} "
+              f"| {(r.cpu_s - r.vad_s) / r.speech_s:.4f} | {r.steps} | {r.dropped} |")
     if diffs:
         print("\nUtterances whose words differ from the unmodified stream (errors against the utterance's "
               "reference: unmodified -> variant):\n")

@@ -239,7 +239,8 @@ def main() -> None:
             text_rows.append(
                 f"| {vname} | {setting} | {int(n_turns)} | {len(pairs)} | {corpus_error_rate(pairs):.2f} "
                 f"| {corpus_error_rate(all_pairs):.2f} | {corpus_error_rate(turn_pairs):.2f} | {int(outside)} "
-                f"| {sum(d < base for d in decision)} | {_stats(decision)} | {_stats(delivery)} "
+                f"| {sum(d < base for d in decision)} / {sum(d > base + 32 for d in decision)} "
+                f"| {_stats(decision)} | {_stats(delivery)} "
                 f"| {len(dec_end)}: {_stats(dec_end)} "
                 f"| {len(dec_other)}: {_stats(dec_other)} | {_stats(del_end)} | {_stats(del_other)} "
                 f"| {int(at_finish)} | {longest:.1f} | {cpu / audio_s:.3f} |")
@@ -249,7 +250,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(bounds_rows))
     print("\n| audio | setting | turns | 1:1 turns | per-turn WER % (1:1) | stream WER % | WER % of all turns' text "
-          "| words outside turns | turns ended sooner than the base silence | decision delay ms mean / median "
+          "| words outside turns | turns ended sooner / later than the base silence | decision delay ms mean / median "
           "| delivery delay ms mean / median "
           "| decision after sentence end: n: mean / median | decision otherwise: n: mean / median "
           "| delivery after sentence end | delivery otherwise | turns closed at finish | longest turn s "
