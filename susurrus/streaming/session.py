@@ -173,7 +173,8 @@ Event = Committed | Interim | SpeechStarted | SpeechStopped | TurnEnded | Langua
 @dataclass
 class StepStats:
     audio_time: float
-    compute_s: float
+    compute_s: float  # wall-clock seconds of the step
+    cpu_s: float  # CPU seconds of the calling thread (what the step cost, whatever else runs)
     encoded_frames: int
     decoded_tokens: int
 
@@ -397,7 +398,7 @@ class StreamSession:
     def _step(self, final: bool, flush: bool = False) -> list[Event]:
         """Encode what is new, decode, commit. ``final``: the audio of this window ends here
         (end of stream, or ``flush``: non-speech or a turn's end follows), commit it all."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         cfg = self.config
         win = self.window
         max_frames = int(cfg.max_window_s / FRAME_S)
@@ -453,7 +454,8 @@ class StreamSession:
         self.interim = self.tokenizer.decode(tokens[n_commit:])
         if not final:
             events.append(Interim(self.interim, self.audio_time))
-        self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0, encoded, len(tokens)))
+        self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0, time.thread_time() - c0, encoded,
+                                    len(tokens)))
         return events
 
     def _detect_language(self) -> LanguageDetected:
