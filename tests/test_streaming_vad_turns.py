@@ -116,3 +116,19 @@ def test_stream_command_prints_one_line_per_turn(dev_items, tmp_path):
     assert len(lines) == 2 and all(line.startswith("[") for line in lines)
     for item, line in zip(picked, lines):
         assert corpus_error_rate([(item.text, line.split("]", 1)[1])]) <= 20
+
+
+def test_flush_commits_everything_and_the_stream_goes_on(tiny, dev_item):
+    first = decode_audio(dev_item("ljspeech_LJ001-0002").audio)
+    second = decode_audio(dev_item("ljspeech_LJ001-0004").audio)
+    stream = tiny.stream()
+    for i in range(0, len(first), 3200):
+        stream.feed(first[i:i + 3200])
+    stream.flush()
+    assert stream.text.strip().lower().rstrip(".,") == "in being comparatively modern"
+    flushed = stream.text
+    for i in range(0, len(second), 3200):
+        stream.feed(second[i:i + 3200])
+    stream.finish()
+    assert stream.text.startswith(flushed) and "block books" in stream.text.lower()
+    assert all(w.start >= len(first) / SR - 0.3 for w in stream.words[len(flushed.split()):])

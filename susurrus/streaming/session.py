@@ -310,6 +310,14 @@ class StreamSession:
         self.finished = True
         return events
 
+    def flush(self) -> list[Event]:
+        """Commit everything decoded so far as if the audio ended here, and go on: the next
+        audio opens a new window with the committed text as its prompt (a client's "end of
+        utterance"). The stream stays open; nothing already fed is dropped."""
+        if self.finished:
+            raise RuntimeError("stream already finished")
+        return self._flush()
+
     # ------------------------------------------------------------------ voice activity
 
     def _push(self, samples: np.ndarray) -> list[Event]:
