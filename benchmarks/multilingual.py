@@ -1,0 +1,65 @@
+"""Multilingual streams: language detection, accuracy beside offline, and translation.
+
+Streams every non-English dev item through the multilingual ``base`` model without telling it
+the language (it detects one per window from the first 3 s), and prints per item the language
+detected, WER (CER for Chinese and Japanese) of the committed text beside the same model
+offline (greedy, language detected as offline), then each stream again with ``task=translate``.
+
+    python benchmarks/multilingual.py [--model base] [--lookahead-ms 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import susurrus
+from susurrus.audio.io import decode_audio
+from susurrus.evaluation.data import SHARED_DATA, read_manifest
+from susurrus.evaluation.metrics import corpus_error_rate
+from susurrus.streaming.session import LanguageDetected
+
+UNSPACED = {"zh", "ja", "th"}
+
+
+def stream_text(model, audio, **settings) -> tuple[str, list[str]]:
+    stream = model.stream(**settings)
+    languages, block = [], stream.config.chunk_ms * 16
+    for i in range(0, len(audio), block):
+        languages += [e.language for e in stream.feed(audio[i:i + block]) if isinstance(e, LanguageDetected)]
+    languages += [e.language for e in stream.finish() if isinstance(e, LanguageDetected)]
+    return stream.text.strip(), languages
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--manifest", default=str(SHARED_DATA / "dev"))
+    ap.add_argument("--model", default="base")
+    ap.add_argument("--lookahead-ms", type=int, default=1000)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    model = susurrus.load_model(args.model)
+    items = [i for i in read_manifest(args.manifest) if i.language != "en"]
+    print("| item | language | detected (stream) | detected (offline) | unit | stream % | offline % |")
+    print("|---|---|---|---|---|---|---|")
+    translations = []
+    for item in items:
+        audio = decode_audio(item.audio)
+        text, languages = stream_text(model, audio, lookahead_ms=args.lookahead_ms)
+        segments, info = model.transcribe(audio, beam_size=1, temperature=0.0)
+        offline = " ".join(s.text.strip() for s in segments)
+        unit = "char" if item.language in UNSPACED else "word"
+        ours = corpus_error_rate([(item.text, text)], item.language, unit)
+        theirs = corpus_error_rate([(item.text, offline)], item.language, unit)
+        print(f"| {item.id} | {item.language} | {', '.join(languages)} | {info.language} | "
+              f"{'CER' if unit == 'char' else 'WER'} | {ours:.1f} | {theirs:.1f} |", flush=True)
+        translated, _ = stream_text(model, audio, lookahead_ms=args.lookahead_ms, task="translate")
+        translations.append((item, text, translated))
+    print("\n| item | streamed transcript | streamed translation (task=translate) |\n|---|---|---|")
+    for item, text, translated in translations:
+        print(f"| {item.id} | {text} | {translated} |")
+
+
+if __name__ == "__main__":
+    main()
