@@ -132,3 +132,12 @@ def test_flush_commits_everything_and_the_stream_goes_on(tiny, dev_item):
     stream.finish()
     assert stream.text.startswith(flushed) and "block books" in stream.text.lower()
     assert all(w.start >= len(first) / SR - 0.3 for w in stream.words[len(flushed.split()):])
+
+
+def test_translate_streams_english(base, dev_item):
+    item = dev_item("picovoice_test_fr")
+    stream, _ = _run(base, decode_audio(item.audio), lookahead_ms=1000, task="translate")
+    words = stream.text.lower().replace(".", " ").replace(",", " ").split()
+    french = set(item.text.lower().replace(",", " ").split())
+    assert len(words) >= 3 and "the" in words
+    assert sum(w in french for w in words) <= len(words) // 3  # not the French transcript

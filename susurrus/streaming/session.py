@@ -551,6 +551,7 @@ class StreamSession:
         speech = None
         glitched = False
         edge = round(cfg.interim_edge_ms / 1000 / FRAME_S)
+        aligned = cfg.task == "transcribe"
         following = None  # the token predicted after the last one kept (it tells if a word ended)
         i = 0  # position in the current hidden/qk that predicts the next token
         while len(tokens) < limit:
@@ -570,7 +571,9 @@ class StreamSession:
                 break
             attn = qk[0, :, i].float().softmax(-1)  # (heads, 1500): where it looked to predict
             frame = int(attn.mean(0).argmax())
-            if frame >= n_real and not final:
+            if not aligned:
+                pass  # translating: the alignment heads do not follow the audio; agreement decides
+            elif frame >= n_real and not final:
                 if not relaxed or glitched or (frames and frames[-1] >= n_real):
                     break  # it reads the silence after the audio: what follows is invention
                 glitched = True
@@ -605,6 +608,14 @@ class StreamSession:
         if not self.window.committed:
             margin = max(margin, cfg.first_margin_ms)
         agreed = len(tokens)
+        if cfg.task != "transcribe":
+            # a translation is not aligned with the audio: commit what two consecutive steps
+            # agree on (LocalAgreement), never the last token of the hypothesis
+            prev = self.window.last_hypothesis
+            n = 0
+            while n < min(len(tokens) - 1, len(prev)) and tokens[n] == prev[n]:
+                n += 1
+            return n
         if cfg.policy == "agreement":
             # what two consecutive steps agree on, away from the edge by half the margin
             prev = self.window.last_hypothesis
