@@ -33,6 +33,8 @@ class WhisperModel:
         self.tokenizer = Tokenizer.from_file(loaded.tokenizer_path, self.net.is_multilingual)
         self._silence = None  # streaming's end-of-audio cross keys/values, made on first use
         self._vad: SileroVad | None = None  # voice activity model shared by streams, loaded on first use
+        self.source: str = name  # the name or path it was loaded from (worker processes reload it)
+        self.int8_output = False
 
     @property
     def is_multilingual(self) -> bool:
@@ -99,4 +101,7 @@ def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None 
     if int8_output:
         loaded.net.decoder.quantize_output()
     name = str(name_or_path) if not isinstance(name_or_path, Path) else name_or_path.name
-    return WhisperModel(loaded, name)
+    model = WhisperModel(loaded, name)
+    model.source = os.fspath(name_or_path)  # what reloads it elsewhere (the server's worker processes)
+    model.int8_output = int8_output
+    return model

@@ -230,14 +230,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from susurrus.transports.realtime import Limits
     from susurrus.transports.server import serve
 
-    model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
+    # with worker processes the server's own copy only names the model (it is checked to load here,
+    # once, before the workers load it again with --threads each, 1 by default)
+    model = susurrus.load_model(args.model, threads=args.threads if args.workers == 0 else None,
+                                int8_output=args.int8_output)
     limits = Limits(max_message_bytes=args.max_message_kb * 1024, max_buffered_s=args.max_buffered_s,
                     max_sessions=args.max_sessions)
     shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0", "::") else args.host
     print(f"susurrus: demo at http://{shown}:{args.port}/ , OpenAI Realtime transcription at "
           f"ws://{shown}:{args.port}/v1/realtime", file=sys.stderr)
     serve(model, args.host, args.port, limits=limits, api_key=args.api_key, workers=args.workers,
-          log_level=args.log_level)
+          threads=args.threads, log_level=args.log_level)
     return 0
 
 
@@ -356,7 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("serve", help="realtime server: OpenAI Realtime transcription over WebSocket, browser demo",
                        description="Serve the streaming engine over the OpenAI Realtime transcription protocol "
                                    "(WebSocket /v1/realtime), with a browser demo at /, /healthz and /metrics "
-                                   "(Prometheus). One model is loaded and shared by all sessions.")
+                                   "(Prometheus). The streams run in worker processes (--workers), each loading the "
+                                   "model once.")
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     v.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     _add_model_args(v)
@@ -364,7 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse connections without 'Authorization: Bearer KEY' or the WebSocket subprotocol "
                         "'openai-insecure-api-key.KEY' (browsers)")
     v.add_argument("--workers", type=int, default=None,
-                   help="model worker threads shared by all sessions (default: CPU count)")
+                   help="worker processes that run the streams, each loading the model (with --threads torch "
+                        "threads, default 1) and each stream pinned to the least-loaded one; 0: run them in the "
+                        "server process's threads, on one model (about one core in all: the streaming steps hold "
+                        "the GIL) (default: the number of CPU cores)")
     v.add_argument("--max-sessions", type=int, default=16,
                    help="concurrent sessions; more are refused (default: %(default)s)")
     v.add_argument("--max-message-kb", type=int, default=1024,

@@ -39,7 +39,7 @@ import binascii
 import json
 import secrets
 import threading
-import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
@@ -57,6 +57,7 @@ from susurrus.streaming.session import (
     stream_config,
 )
 from susurrus.streaming.vad import SpeechStarted, SpeechStopped, TurnConfig
+from susurrus.transports.workers import compute_clock
 
 SAMPLE_RATE = 16000
 DEFAULT_RATE = 24000  # OpenAI's PCM rate: what a client sends unless it says otherwise
@@ -428,6 +429,8 @@ class Metrics:
         self.latency_buckets = [0] * len(LATENCY_BUCKETS)
         self.latency_sum = 0.0
         self.errors: dict[tuple[str, str], int] = {}
+        self.workers = 0  # model worker processes (0: the server's own threads)
+        self.worker_restarts = 0
 
     def error(self, type: str, code: str) -> None:
         with self.lock:
@@ -475,6 +478,12 @@ class Metrics:
                 "# HELP susurrus_compute_seconds_total Wall seconds the model worked (all sessions).",
                 "# TYPE susurrus_compute_seconds_total counter",
                 f"susurrus_compute_seconds_total {self.compute_seconds:.3f}",
+                "# HELP susurrus_workers Model worker processes (0: streams run in the server process).",
+                "# TYPE susurrus_workers gauge",
+                f"susurrus_workers {self.workers}",
+                "# HELP susurrus_worker_restarts_total Model worker processes that died and were restarted.",
+                "# TYPE susurrus_worker_restarts_total counter",
+                f"susurrus_worker_restarts_total {self.worker_restarts}",
                 "# HELP susurrus_items_completed_total Items transcribed to completion.",
                 "# TYPE susurrus_items_completed_total counter",
                 f"susurrus_items_completed_total {self.items_completed}",
@@ -584,12 +593,37 @@ class WorkResult:
 
 class Transcriber:
     """Runs :class:`Work` on the shared model (in a worker thread). One call at a time per session
-    (the server runs each session's work in order), any number of sessions at once."""
+    (the server runs each session's work in order), any number of sessions at once.
+
+    ``model`` is anything with ``stream(**settings)``: a :class:`~susurrus.api.WhisperModel`, or a
+    :class:`~susurrus.transports.workers.WorkerPool` whose streams live in worker processes (they
+    are closed explicitly: at an item's end, on failure, and by :meth:`close`)."""
 
     def __init__(self, model: Any, metrics: Metrics, extensions: bool = True):
         self.model = model
         self.metrics = metrics
         self.extensions = extensions
+        self._streaming: weakref.WeakSet[Item | TurnStream] = weakref.WeakSet()  # items that had a stream
+
+    def _open(self, target: Item | TurnStream) -> Any:
+        target.stream = self.model.stream(**_stream_kwargs(target.config))
+        self._streaming.add(target)
+        return target.stream
+
+    @staticmethod
+    def _release(target: Item | TurnStream) -> None:
+        """Drop ``target``'s stream and free it (in its worker process, if it has one)."""
+        stream, target.stream = target.stream, None
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+
+    def close(self) -> None:
+        """The connection ended: free every stream its items still hold (call it after the last
+        :meth:`run` returned; later work is dropped)."""
+        for target in list(self._streaming):
+            target.dropped = True
+            self._release(target)
 
     def run(self, work: Work) -> WorkResult:
         item = work.item
@@ -598,14 +632,14 @@ class Transcriber:
         if item.dropped or item.failed:
             self.metrics.dropped(work.audio_s)
             return WorkResult([], [])
-        t0 = time.perf_counter()
+        t0 = compute_clock()
         events: list[dict[str, Any]] = []
         signals: list[TurnSignal] = []
         fed_s = 0.0
         latencies: list[float] = []
         try:
             if item.stream is None:
-                item.stream = self.model.stream(**_stream_kwargs(item.config))
+                self._open(item)
                 item.resampler = StreamResampler(item.rate, SAMPLE_RATE)
             stream, resampler = item.stream, item.resampler
             assert resampler is not None
@@ -626,16 +660,16 @@ class Transcriber:
                     usage={"type": "duration", "seconds": round(stream.audio_time, 3)}))
                 with self.metrics.lock:
                     self.metrics.items_completed += 1
-                item.stream = None  # the item is done: free its caches
+                self._release(item)  # the item is done: free its caches
         except Exception as err:  # noqa: BLE001 - a failed item must not take the session down
             item.failed = True
-            item.stream = None
+            self._release(item)
             self.metrics.error("server_error", TRANSCRIPTION_FAILED)
             events.append(server_event(
                 "conversation.item.input_audio_transcription.failed", item_id=item.id, content_index=0,
                 error={"type": "server_error", "code": TRANSCRIPTION_FAILED,
                        "message": f"transcription failed: {type(err).__name__}: {err}", "param": None}))
-        self.metrics.processed(fed_s, time.perf_counter() - t0, latencies)
+        self.metrics.processed(fed_s, compute_clock() - t0, latencies)
         return WorkResult(events, signals)
 
     def _feed(self, item: Item | TurnStream, samples: np.ndarray, final: bool, latencies: list[float]
@@ -684,7 +718,7 @@ class Transcriber:
         if ts.dropped:
             self.metrics.dropped(work.audio_s)
             return WorkResult([], [])
-        t0 = time.perf_counter()
+        t0 = compute_clock()
         events: list[dict[str, Any]] = []
         fed_s = 0.0
         latencies: list[float] = []
@@ -694,7 +728,7 @@ class Transcriber:
             if work.kind == "append":
                 assert work.pcm is not None
                 if ts.stream is None:
-                    ts.stream = self.model.stream(**_stream_kwargs(ts.config))
+                    self._open(ts)
                 samples = ts.resampler.process(work.pcm.astype(np.float32) / 32768.0)
                 fed_s = len(samples) / SAMPLE_RATE
                 events += self._feed(ts, samples, final=False, latencies=latencies)
@@ -702,7 +736,7 @@ class Transcriber:
                 tail = ts.resampler.flush() if work.kind == "end" else np.zeros(0, np.float32)
                 fed_s = len(tail) / SAMPLE_RATE
                 if ts.stream is None and (len(ts.carry) or len(tail)):
-                    ts.stream = self.model.stream(**_stream_kwargs(ts.config))
+                    self._open(ts)
                 if ts.stream is not None:  # the audio not fed yet (it may open a turn)
                     events += self._feed(ts, tail, final=True, latencies=latencies)
                 if work.kind == "commit" and ts.turn is None:
@@ -716,7 +750,7 @@ class Transcriber:
                     # (its turn completes) and the next audio starts a new one
                     events += self._turn_events(ts, ts.stream.finish(), latencies)
                     ts.offset += ts.stream.samples_fed
-                    ts.stream = None
+                    self._release(ts)
         except Exception as err:  # noqa: BLE001 - a failed turn must not take the session down
             self.metrics.error("server_error", TRANSCRIPTION_FAILED)
             error = {"type": "server_error", "code": TRANSCRIPTION_FAILED,
@@ -728,8 +762,9 @@ class Transcriber:
                 events.append(server_event("error", error={**error, "event_id": None}))
             if ts.stream is not None:  # start afresh with the next audio
                 ts.offset += ts.stream.samples_fed
-            ts.stream, ts.turn, ts.carry = None, None, np.zeros(0, np.float32)
-        self.metrics.processed(fed_s, time.perf_counter() - t0, latencies)
+                self._release(ts)
+            ts.turn, ts.carry = None, np.zeros(0, np.float32)
+        self.metrics.processed(fed_s, compute_clock() - t0, latencies)
         return WorkResult(events, [])
 
     def _turn_events(self, ts: TurnStream, stream_events: list, latencies: list[float]) -> list[dict[str, Any]]:

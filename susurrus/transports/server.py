@@ -5,11 +5,14 @@
 - ``/healthz``: JSON status; ``/metrics``: Prometheus text;
 - ``/``: the browser demo (``web/``).
 
-One model per server, shared by every session; each session has its own
+One model per server; each session has its own
 :class:`~susurrus.streaming.session.StreamSession` per item (with server turn detection, one for
-the connection's audio, whose turns are the items). Model work runs in a thread pool
-(torch releases the GIL), one job at a time per session and in order, so the event loop only
-moves messages and a slow session never blocks another's socket.
+the connection's audio, whose turns are the items). Each session's work runs in a thread pool,
+one job at a time per session and in order, so the event loop only moves messages and a slow
+session never blocks another's socket. The streams themselves live in ``workers`` processes
+(``workers.py``: the Python side of a streaming step holds the GIL, so one process gets about
+one core), each stream pinned to the least-loaded worker; ``workers=0`` runs them in the
+server's threads on the one model.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import json
 import os
 import threading
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,7 @@ from susurrus.transports.realtime import (
     Work,
     error_event,
 )
+from susurrus.transports.workers import WorkerPool, model_spec
 
 WEB_DIR = Path(__file__).with_name("web")
 KEY_PROTOCOL = "openai-insecure-api-key."
@@ -59,10 +63,12 @@ class ServerState:
     pool: ThreadPoolExecutor
     metrics: Metrics = field(default_factory=Metrics)
     extensions: bool = True
+    workers: WorkerPool | None = None  # None: streams run in this process, on ``model``
 
     @property
     def transcriber(self) -> Transcriber:
-        return Transcriber(self.model, self.metrics, self.extensions)
+        """A session's transcriber: its streams in the worker processes, or on the shared model."""
+        return Transcriber(self.workers or self.model, self.metrics, self.extensions)
 
 
 def _offered_key(ws: WebSocket) -> str | None:
@@ -127,7 +133,6 @@ async def _run_session(ws: WebSocket, state: ServerState, subprotocol: str | Non
                               limits=state.limits, metrics=state.metrics, dialect="beta" if beta else "ga",
                               extensions=state.extensions)
     transcriber = state.transcriber
-    loop = asyncio.get_running_loop()
     outbound: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
     work_queue: asyncio.Queue[Work | None] = asyncio.Queue()
     await ws.accept(subprotocol=subprotocol)
@@ -142,9 +147,13 @@ async def _run_session(ws: WebSocket, state: ServerState, subprotocol: str | Non
         while (event := await outbound.get()) is not None:
             await ws.send_text(json.dumps(event))
 
+    inflight: Future | None = None  # the work running now, in the pool
+
     async def work_loop() -> None:
+        nonlocal inflight
         while (work := await work_queue.get()) is not None:
-            result = await loop.run_in_executor(state.pool, transcriber.run, work)
+            inflight = state.pool.submit(transcriber.run, work)
+            result = await asyncio.wrap_future(inflight)
             session.done(work)
             queue(result.events, [])
             for signal in result.signals:
@@ -171,6 +180,7 @@ async def _run_session(ws: WebSocket, state: ServerState, subprotocol: str | Non
             if work is not None:
                 pending.append(work)
         session.close(pending)
+        release_streams(state, transcriber, inflight)
         outbound.put_nowait(None)
         sender.cancel()
         for task in (worker, sender):
@@ -178,10 +188,23 @@ async def _run_session(ws: WebSocket, state: ServerState, subprotocol: str | Non
                 await task
 
 
+def release_streams(state: ServerState, transcriber: Transcriber, inflight: Future | None) -> None:
+    """Free a closed connection's streams (in the workers: at once) once its running work is done."""
+    def release(_: object = None) -> None:
+        with contextlib.suppress(RuntimeError):  # the pool is shut down: the workers are gone anyway
+            state.pool.submit(transcriber.close)
+
+    if inflight is not None and not inflight.done():
+        inflight.add_done_callback(release)
+    else:
+        release()
+
+
 async def healthz(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.susurrus
     return JSONResponse({"status": "ok", "model": state.model.name, "sessions_open": state.metrics.sessions_open,
-                         "max_sessions": state.limits.max_sessions})
+                         "max_sessions": state.limits.max_sessions,
+                         "workers": len(state.workers) if state.workers is not None else 0})
 
 
 async def metrics(request: Request) -> PlainTextResponse:
@@ -189,12 +212,36 @@ async def metrics(request: Request) -> PlainTextResponse:
     return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
+def default_workers() -> int:
+    """Worker processes by default: one per CPU core."""
+    return max(1, os.cpu_count() or 1)
+
+
 def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None = None, workers: int | None = None,
-               extensions: bool = True) -> Starlette:
-    """The ASGI app around a loaded :class:`~susurrus.api.WhisperModel`."""
+               threads: int | None = None, extensions: bool = True) -> Starlette:
+    """The ASGI app around a loaded :class:`~susurrus.api.WhisperModel`.
+
+    ``workers``: processes hosting the streams, each loading the model again with ``threads``
+    torch threads (default 1); default one per core; 0: the streams run in this process's
+    threads, on ``model``. The workers are started (and have loaded the model) when this returns."""
     limits = limits or Limits()
-    model.stream()  # computes the model's shared end-of-audio context once, before threads race for it
-    pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2, thread_name_prefix="susurrus-model")
+    counters = Metrics()
+    n = default_workers() if workers is None else workers
+    if n < 0:
+        raise ValueError(f"workers must be 0 (in-process threads) or more, not {n}")
+    worker_pool: WorkerPool | None = None
+    if n:
+        def restarted(slot: int) -> None:
+            with counters.lock:
+                counters.worker_restarts += 1
+
+        worker_pool = WorkerPool(model_spec(model, threads), n, on_restart=restarted)
+        counters.workers = n
+        # the threads only wait for the workers' replies: one per session that may be busy
+        pool = ThreadPoolExecutor(max_workers=limits.max_sessions + 2, thread_name_prefix="susurrus-session")
+    else:
+        model.stream()  # computes the model's shared end-of-audio context once, before threads race for it
+        pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="susurrus-model")
     routes = [
         WebSocketRoute("/v1/realtime", realtime_endpoint),
         WebSocketRoute("/realtime", realtime_endpoint),
@@ -207,9 +254,12 @@ def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         pool.shutdown(wait=False, cancel_futures=True)
+        if worker_pool is not None:
+            worker_pool.close()
 
     app = Starlette(routes=routes, lifespan=lifespan)
-    app.state.susurrus = ServerState(model=model, limits=limits, api_key=api_key, pool=pool, extensions=extensions)
+    app.state.susurrus = ServerState(model=model, limits=limits, api_key=api_key, pool=pool, metrics=counters,
+                                     extensions=extensions, workers=worker_pool)
     return app
 
 
@@ -223,11 +273,12 @@ def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_lev
 
 
 def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, *, limits: Limits | None = None,
-          api_key: str | None = None, workers: int | None = None, log_level: str = "info") -> None:
+          api_key: str | None = None, workers: int | None = None, threads: int | None = None,
+          log_level: str = "info") -> None:
     import uvicorn
 
     limits = limits or Limits()
-    app = create_app(model, limits=limits, api_key=api_key, workers=workers)
+    app = create_app(model, limits=limits, api_key=api_key, workers=workers, threads=threads)
     uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run()
 
 

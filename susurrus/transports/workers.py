@@ -1,0 +1,409 @@
+"""Streaming sessions in worker processes (``susurrus serve --workers N``).
+
+The Python side of a streaming step holds the GIL, so one server process transcribes about one
+core's worth of streams however many threads it runs. :class:`WorkerPool` starts N processes
+(``spawn``: torch and ``fork`` do not mix), each loading the model once, and hosts
+:class:`~susurrus.streaming.session.StreamSession` objects in them by id. ``pool.stream(...)``
+(the same arguments as ``WhisperModel.stream``) opens one on the least-loaded worker, where it
+stays, and returns a :class:`RemoteStream`: ``feed`` / ``finish`` / ``close`` and the attributes
+the server reads, each call a round trip that blocks its (executor) thread, never the event loop.
+
+Each worker has one pipe: requests are sent under a lock and run in order; a reader thread per
+worker resolves the callers' futures. A worker that exits fails its pending and later calls with
+:class:`WorkerDied` (the server reports a ``failed`` / ``error`` event) and is restarted. Replies
+carry the worker's compute time; :func:`compute_clock` counts it in place of the wait, so the
+server's compute metrics are those of the model, not of the queue in front of it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import multiprocessing
+import pickle
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("susurrus.workers")
+
+READY = 0  # request id of a worker's "model loaded" message
+NO_REPLY = -1  # request id of a message that is not answered (close)
+
+
+class WorkerDied(RuntimeError):
+    """The worker process hosting a stream exited: the stream is lost."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a worker loads: ``load_model(source, int8_output=...)`` with ``threads`` torch threads."""
+
+    source: str
+    threads: int = 1
+    int8_output: bool = False
+
+
+def model_spec(model: Any, threads: int | None = None) -> ModelSpec:
+    """The spec that reloads a loaded :class:`~susurrus.api.WhisperModel` in another process."""
+    return ModelSpec(str(getattr(model, "source", model.name)), threads or 1,
+                     bool(getattr(model, "int8_output", False)))
+
+
+# ---------------------------------------------------------------------------- compute accounting
+
+_clock = threading.local()
+
+
+def compute_clock() -> float:
+    """``time.perf_counter()``, except that a thread's waits for a worker count as the worker's
+    compute time for those calls: the difference of two readings is the compute a piece of work
+    took, here and in the worker, without the time it queued behind other sessions."""
+    return time.perf_counter() + getattr(_clock, "adjust", 0.0)
+
+
+def _account(compute_s: float, waited_s: float) -> None:
+    _clock.adjust = getattr(_clock, "adjust", 0.0) + compute_s - waited_s
+
+
+# ---------------------------------------------------------------------------- the worker process
+
+
+def _portable(err: BaseException) -> BaseException:
+    """``err`` if it survives pickling, else a RuntimeError with its type and message."""
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:  # noqa: BLE001
+        return RuntimeError(f"{type(err).__name__}: {err}")
+
+
+def _worker_main(conn: Connection, spec: ModelSpec) -> None:
+    """A worker's loop: load the model, then run requests ``(id, op, session, arg)`` in order and
+    answer ``(id, ok, result or exception, compute seconds, session's samples_fed)``."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server shuts us down
+    import torch
+
+    from susurrus.api import load_model
+
+    torch.set_num_threads(spec.threads)
+    try:
+        model = load_model(spec.source, int8_output=spec.int8_output)
+        model.stream()  # the shared end-of-audio context, once
+    except BaseException as err:  # noqa: BLE001 - reported to the server, which refuses to start
+        conn.send((READY, False, _portable(err), 0.0, 0))
+        return
+    conn.send((READY, True, None, 0.0, 0))
+    sessions: dict[int, Any] = {}
+    while True:
+        try:
+            req, op, sid, arg = conn.recv()
+        except (EOFError, OSError):  # the server is gone
+            return
+        if op == "exit":
+            return
+        if op == "close":
+            sessions.pop(sid, None)
+            continue
+        t0 = time.perf_counter()
+        try:
+            if op == "open":
+                sessions[sid] = model.stream(**arg)
+                result: Any = sessions[sid].config
+            elif op == "feed":
+                result = sessions[sid].feed(arg)
+            elif op == "finish":
+                result = sessions[sid].finish()
+            elif op == "get":
+                result = getattr(sessions[sid], arg)
+            else:
+                raise ValueError(f"unknown worker request {op!r}")
+            ok = True
+        except KeyError:
+            ok, result = False, RuntimeError(f"no stream {sid} in this worker")
+        except Exception as err:  # noqa: BLE001 - the caller raises it
+            ok, result = False, _portable(err)
+        stream = sessions.get(sid)
+        reply = (req, ok, result, time.perf_counter() - t0, stream.samples_fed if stream is not None else 0)
+        try:
+            conn.send(reply)
+        except (pickle.PicklingError, TypeError, AttributeError) as err:
+            conn.send((req, False, RuntimeError(f"reply not picklable: {err}"), reply[3], reply[4]))
+
+
+# ---------------------------------------------------------------------------- the server side
+
+
+class Worker:
+    """One worker process, its pipe and the reader thread that resolves replies."""
+
+    def __init__(self, slot: int, spec: ModelSpec, ctx: Any, on_exit: Callable[[Worker], None]):
+        self.slot = slot
+        parent, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child, spec), name=f"susurrus-worker-{slot}",
+                                   daemon=True)
+        self.process.start()
+        child.close()
+        self.conn: Connection = parent
+        self.lock = threading.RLock()  # sends; reentrant: a stream's finalizer may run inside a send
+        self.pending: dict[int, Future] = {}
+        self.ids = itertools.count(1)
+        self.alive = True
+        self.ready: Future = Future()
+        self.sessions = 0  # streams open here (the pool's lock)
+        self.started = time.monotonic()
+        self._on_exit = on_exit
+        self.reader = threading.Thread(target=self._read, name=f"susurrus-worker-{slot}-reader", daemon=True)
+        self.reader.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def call(self, op: str, sid: int, arg: Any = None) -> Future:
+        fut: Future = Future()
+        with self.lock:
+            if not self.alive:
+                raise self._died()
+            req = next(self.ids)
+            self.pending[req] = fut
+            try:
+                self.conn.send((req, op, sid, arg))
+            except (OSError, ValueError) as err:
+                self.pending.pop(req, None)
+                raise WorkerDied(f"model worker {self.slot} (pid {self.pid}) cannot be reached: {err}") from None
+        return fut
+
+    def post(self, op: str, sid: int) -> None:
+        """A request without a reply (close); nothing happens if the worker is gone."""
+        with self.lock:
+            if self.alive:
+                try:
+                    self.conn.send((NO_REPLY, op, sid, None))
+                except (OSError, ValueError):
+                    pass
+
+    def _died(self) -> WorkerDied:
+        code = self.process.exitcode
+        return WorkerDied(f"model worker {self.slot} (pid {self.pid}) exited"
+                          + (f" with code {code}" if code is not None else "") + "; its streams are lost")
+
+    def _read(self) -> None:
+        while True:
+            try:
+                req, ok, result, compute_s, fed = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            except Exception as err:  # noqa: BLE001 - an unreadable reply: fail its caller, if we knew it
+                log.error("model worker %d: unreadable reply: %s", self.slot, err)
+                continue
+            if req == READY:
+                if ok:
+                    self.ready.set_result(None)
+                else:
+                    self.ready.set_exception(result)
+                continue
+            with self.lock:
+                fut = self.pending.pop(req, None)
+            if fut is not None:
+                fut.set_result((ok, result, compute_s, fed))
+        with self.lock:
+            self.alive = False
+            pending, self.pending = self.pending, {}
+        self.process.join(timeout=5)
+        err = self._died()
+        for fut in pending.values():
+            fut.set_exception(err)
+        if not self.ready.done():
+            self.ready.set_exception(err)
+        with self.lock:
+            self.conn.close()
+        self._on_exit(self)
+
+    def stop(self) -> None:
+        with self.lock:
+            if self.alive:
+                try:
+                    self.conn.send((NO_REPLY, "exit", 0, None))
+                except (OSError, ValueError):
+                    pass
+
+
+class WorkerPool:
+    """N worker processes hosting streams; ``stream(**kwargs)`` as ``WhisperModel.stream``.
+
+    Starting waits until every worker has loaded the model (``RuntimeError`` if one cannot).
+    ``on_restart(slot)`` is called after a worker died and a new one was started."""
+
+    def __init__(self, spec: ModelSpec, n: int, *, start_timeout: float = 300.0,
+                 on_restart: Callable[[int], None] | None = None):
+        if n < 1:
+            raise ValueError(f"a worker pool needs at least one worker, not {n}")
+        self.spec = spec
+        self.ctx = multiprocessing.get_context("spawn")
+        self.lock = threading.RLock()
+        self.closed = False
+        self.restarts = 0
+        self.on_restart = on_restart
+        self.sids = itertools.count(1)
+        self.workers = [Worker(i, spec, self.ctx, self._exited) for i in range(n)]
+        try:
+            for w in self.workers:
+                w.ready.result(timeout=start_timeout)
+        except BaseException as err:
+            self.close()
+            raise RuntimeError(f"model worker could not load {spec.source!r}: {type(err).__name__}: {err}") from err
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def _exited(self, worker: Worker) -> None:
+        with self.lock:
+            if self.closed or self.workers[worker.slot] is not worker:
+                return
+            ready = worker.ready.done() and worker.ready.exception() is None
+        if not ready or time.monotonic() - worker.started < 5:
+            # died while loading, or soon after: do not spin; the slot stays dead meanwhile
+            log.error("model worker %d (pid %s) exited early; restarting it in 5 s", worker.slot, worker.pid)
+            threading.Timer(5.0, self._restart, (worker,)).start()
+        else:
+            log.error("model worker %d (pid %s) exited with code %s; restarting it", worker.slot, worker.pid,
+                      worker.process.exitcode)
+            self._restart(worker)
+
+    def _restart(self, worker: Worker) -> None:
+        with self.lock:
+            if self.closed or self.workers[worker.slot] is not worker:
+                return
+            self.workers[worker.slot] = Worker(worker.slot, self.spec, self.ctx, self._exited)
+            self.restarts += 1
+        if self.on_restart is not None:
+            self.on_restart(worker.slot)
+
+    def stream(self, latency: str | None = None, **kwargs: Any) -> RemoteStream:
+        """Open a stream on the least-loaded live worker, pinned there for its life."""
+        if latency is not None:
+            kwargs["latency"] = latency
+        with self.lock:
+            if self.closed:
+                raise RuntimeError("the worker pool is closed")
+            live = [w for w in self.workers if w.alive]
+            if not live:
+                raise WorkerDied("no model worker is running (restarting)")
+            worker = min(live, key=lambda w: w.sessions)
+            worker.sessions += 1
+            sid = next(self.sids)
+        stream = RemoteStream(self, worker, sid)
+        try:
+            stream.config = stream._call("open", kwargs)
+        except BaseException:
+            stream.close()
+            raise
+        return stream
+
+    def load(self) -> list[int]:
+        """Streams open per worker."""
+        with self.lock:
+            return [w.sessions for w in self.workers]
+
+    def _release(self, worker: Worker, sid: int) -> None:
+        with self.lock:
+            worker.sessions -= 1
+        worker.post("close", sid)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the workers (their streams are lost); idempotent."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            workers = list(self.workers)
+        for w in workers:
+            w.stop()
+        deadline = time.monotonic() + timeout
+        for w in workers:
+            w.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if w.process.is_alive():
+                w.process.terminate()
+                w.process.join(timeout=1)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _release(pool: WorkerPool, worker: Worker, sid: int) -> None:
+    pool._release(worker, sid)
+
+
+class RemoteStream:
+    """A :class:`~susurrus.streaming.session.StreamSession` living in a worker process.
+
+    ``feed`` / ``finish`` return the session's events; ``samples_fed`` / ``audio_time`` are kept
+    from each reply; ``text`` / ``words`` / ``stats`` / ``language`` ask the worker. ``close()``
+    (or losing the last reference) frees it in the worker. One call at a time per stream."""
+
+    def __init__(self, pool: WorkerPool, worker: Worker, sid: int):
+        self.worker = worker
+        self.sid = sid
+        self.config: Any = None
+        self.samples_fed = 0
+        self._finalizer = weakref.finalize(self, _release, pool, worker, sid)
+        self._finalizer.atexit = False
+
+    def _call(self, op: str, arg: Any = None) -> Any:
+        fut = self.worker.call(op, self.sid, arg)
+        t0 = time.perf_counter()
+        ok, result, compute_s, fed = fut.result()
+        _account(compute_s, time.perf_counter() - t0)
+        self.samples_fed = fed
+        if not ok:
+            raise result
+        return result
+
+    @property
+    def audio_time(self) -> float:
+        return self.samples_fed / 16000
+
+    def feed(self, pcm: np.ndarray) -> list[Any]:
+        return self._call("feed", np.ascontiguousarray(pcm))
+
+    def finish(self) -> list[Any]:
+        return self._call("finish")
+
+    def get(self, name: str) -> Any:
+        return self._call("get", name)
+
+    @property
+    def text(self) -> str:
+        return self.get("text")
+
+    @property
+    def words(self) -> list[Any]:
+        return self.get("words")
+
+    @property
+    def stats(self) -> list[Any]:
+        return self.get("stats")
+
+    @property
+    def language(self) -> str | None:
+        return self.get("language")
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        self._finalizer()
