@@ -66,7 +66,7 @@ def base():
 
 @pytest.fixture(scope="session")
 def server(tiny):
-    """A real uvicorn server on a free loopback port, sharing the tiny.en model."""
+    """A real uvicorn server on a free loopback port with tiny.en in two worker processes."""
     from susurrus.transports.realtime import Limits
     from susurrus.transports.server import BackgroundServer
 
@@ -77,10 +77,11 @@ def server(tiny):
 
 @pytest.fixture(scope="session")
 def guarded_server(tiny):
-    """A second server with an API key, two sessions at most and 2 s of buffered audio at most."""
+    """A second server with an API key, two sessions at most and 2 s of buffered audio at most; its
+    streams run in its own threads on the shared tiny.en (``--workers 0``)."""
     from susurrus.transports.realtime import Limits
     from susurrus.transports.server import BackgroundServer
 
     limits = Limits(max_message_bytes=64 * 1024, max_buffered_s=2.0, max_sessions=2)
-    with BackgroundServer(tiny, limits=limits, api_key="test-key", workers=2) as srv:
+    with BackgroundServer(tiny, limits=limits, api_key="test-key", workers=0) as srv:
         yield srv
