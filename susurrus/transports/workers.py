@@ -21,6 +21,7 @@ import itertools
 import logging
 import multiprocessing
 import pickle
+import queue
 import threading
 import time
 import weakref
@@ -144,7 +145,9 @@ def _worker_main(conn: Connection, spec: ModelSpec) -> None:
 
 
 class Worker:
-    """One worker process, its pipe and the reader thread that resolves replies."""
+    """One worker process, its pipe, a sender thread (requests go out in the order they were
+    made, and no caller or finalizer ever blocks on a full pipe) and a reader thread that
+    resolves the replies."""
 
     def __init__(self, slot: int, spec: ModelSpec, ctx: Any, on_exit: Callable[[Worker], None]):
         self.slot = slot
@@ -154,15 +157,18 @@ class Worker:
         self.process.start()
         child.close()
         self.conn: Connection = parent
-        self.lock = threading.RLock()  # sends; reentrant: a stream's finalizer may run inside a send
+        self.lock = threading.Lock()  # ``pending`` and ``alive``
         self.pending: dict[int, Future] = {}
         self.ids = itertools.count(1)
         self.alive = True
+        self.outbox: queue.SimpleQueue[tuple[int, str, int, Any] | None] = queue.SimpleQueue()  # reentrant put
         self.ready: Future = Future()
         self.sessions = 0  # streams open here (the pool's lock)
         self.started = time.monotonic()
         self._on_exit = on_exit
+        self.sender = threading.Thread(target=self._send, name=f"susurrus-worker-{slot}-sender", daemon=True)
         self.reader = threading.Thread(target=self._read, name=f"susurrus-worker-{slot}-reader", daemon=True)
+        self.sender.start()
         self.reader.start()
 
     @property
@@ -170,32 +176,39 @@ class Worker:
         return self.process.pid
 
     def call(self, op: str, sid: int, arg: Any = None) -> Future:
+        """Send a request; the future resolves to ``(ok, result, compute_s, samples_fed)`` or
+        raises :class:`WorkerDied`."""
         fut: Future = Future()
         with self.lock:
             if not self.alive:
                 raise self._died()
             req = next(self.ids)
             self.pending[req] = fut
-            try:
-                self.conn.send((req, op, sid, arg))
-            except (OSError, ValueError) as err:
-                self.pending.pop(req, None)
-                raise WorkerDied(f"model worker {self.slot} (pid {self.pid}) cannot be reached: {err}") from None
+        self.outbox.put((req, op, sid, arg))
         return fut
 
     def post(self, op: str, sid: int) -> None:
-        """A request without a reply (close); nothing happens if the worker is gone."""
-        with self.lock:
-            if self.alive:
-                try:
-                    self.conn.send((NO_REPLY, op, sid, None))
-                except (OSError, ValueError):
-                    pass
+        """A request without a reply (close, exit); dropped if the worker is gone. Takes no lock:
+        a stream's finalizer calls it from whatever thread drops the stream."""
+        if self.alive:
+            self.outbox.put((NO_REPLY, op, sid, None))
 
     def _died(self) -> WorkerDied:
         code = self.process.exitcode
         return WorkerDied(f"model worker {self.slot} (pid {self.pid}) exited"
                           + (f" with code {code}" if code is not None else "") + "; its streams are lost")
+
+    def _send(self) -> None:
+        while (message := self.outbox.get()) is not None:
+            try:
+                self.conn.send(message)
+            except (OSError, ValueError):  # the worker is gone: the reader fails the callers
+                pass
+            except Exception as err:  # noqa: BLE001 - an unpicklable request fails its caller only
+                with self.lock:
+                    fut = self.pending.pop(message[0], None)
+                if fut is not None:
+                    fut.set_exception(RuntimeError(f"cannot send {message[1]!r} to a model worker: {err}"))
 
     def _read(self) -> None:
         while True:
@@ -203,7 +216,7 @@ class Worker:
                 req, ok, result, compute_s, fed = self.conn.recv()
             except (EOFError, OSError):
                 break
-            except Exception as err:  # noqa: BLE001 - an unreadable reply: fail its caller, if we knew it
+            except Exception as err:  # noqa: BLE001 - an unreadable reply; its caller fails when the worker does
                 log.error("model worker %d: unreadable reply: %s", self.slot, err)
                 continue
             if req == READY:
@@ -219,23 +232,19 @@ class Worker:
         with self.lock:
             self.alive = False
             pending, self.pending = self.pending, {}
+        self.outbox.put(None)
         self.process.join(timeout=5)
         err = self._died()
         for fut in pending.values():
             fut.set_exception(err)
         if not self.ready.done():
             self.ready.set_exception(err)
-        with self.lock:
-            self.conn.close()
+        self.sender.join(timeout=5)
+        self.conn.close()
         self._on_exit(self)
 
     def stop(self) -> None:
-        with self.lock:
-            if self.alive:
-                try:
-                    self.conn.send((NO_REPLY, "exit", 0, None))
-                except (OSError, ValueError):
-                    pass
+        self.post("exit", 0)
 
 
 class WorkerPool:
@@ -274,7 +283,9 @@ class WorkerPool:
         if not ready or time.monotonic() - worker.started < 5:
             # died while loading, or soon after: do not spin; the slot stays dead meanwhile
             log.error("model worker %d (pid %s) exited early; restarting it in 5 s", worker.slot, worker.pid)
-            threading.Timer(5.0, self._restart, (worker,)).start()
+            timer = threading.Timer(5.0, self._restart, (worker,))
+            timer.daemon = True
+            timer.start()
         else:
             log.error("model worker %d (pid %s) exited with code %s; restarting it", worker.slot, worker.pid,
                       worker.process.exitcode)
