@@ -173,6 +173,9 @@ def main() -> None:
 
 
 def _cut(text: str, n: int = 160) -> str:
+    words = text.split()
+    if len(words) > 2 and len(set(words)) == 1:
+        return f'"{words[0]}" × {len(words)}'
     text = text.replace("|", "\\|")
     return text if len(text) <= n else text[:n] + f"... ({len(text.split())} words)"
 
