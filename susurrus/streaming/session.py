@@ -448,10 +448,19 @@ class StreamSession:
         if n_commit:
             words = self._words(tokens, n_commit, probs, qk, n_real)
             alone = not win.committed  # the window's first words: where invented phrases appear
-            win.committed.extend(tokens[:n_commit])
             if words and self._hallucinated(words, alone):
-                self.dropped.extend(words)  # kept in the window's decoder prefix, not in its context
+                # refused: not kept as a decoder prefix either (it would steer the rest of the
+                # window); the window restarts after the refused words, where they were read
+                self.dropped.extend(words)
+                if not final:
+                    self._reanchor()
+                    self.interim = ""
+                    self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0,
+                                                time.thread_time() - c0, encoded, len(tokens)))
+                    return events + [Interim("", self.audio_time)]
+                n_commit = len(tokens)
             else:
+                win.committed.extend(tokens[:n_commit])
                 win.context.extend(tokens[:n_commit])
                 if words:
                     self.words.extend(words)
@@ -481,22 +490,22 @@ class StreamSession:
         return LanguageDetected(self.language, round(probability, 4), self.audio_time)
 
     def _hallucinated(self, words: list[StreamWord], alone: bool) -> bool:
-        """The guard against text without speech, from the VAD's speech fraction over the
-        words' span (300 ms either side: word times can be off by that much) and the phrases
-        Whisper invents over noise. Words that open a window (after a pause, where invented
-        text appears) get the full guard; words inside a window are dropped only when no
-        frame near them is speech ("you." or "Thank you." inside speech are real words)."""
-        if not self.config.hallucination_guard:
+        """The guard against text without speech. Only words that open a window (after a
+        pause: where Whisper invents text) are judged: punctuation alone, "[Music]" or notes,
+        words over audio the VAD calls mostly non-speech (under 20 % of the frames within
+        300 ms), and the phrases Whisper invents over noise ("Thank you.", subtitle credits)
+        over weak speech. Words inside a window are never refused: their times can be off by
+        a few hundred ms at a pause, and real speech must not be dropped (the VAD gating
+        already keeps the decoder off non-speech)."""
+        if not self.config.hallucination_guard or not alone:
             return False
+        text = "".join(w.word for w in words)
+        if not any(c.isalnum() for c in text):
+            return True
         fraction = None
         if self.vad is not None:
             fraction = speech_fraction(self.vad_state, words[0].start * 1000, words[-1].end * 1000,
                                        threshold=self.config.vad_threshold, pad_ms=300)
-        text = "".join(w.word for w in words)
-        if not alone:
-            return fraction == 0.0
-        if not any(c.isalnum() for c in text):
-            return True  # punctuation alone opening a window: Whisper reading silence
         return hallucination_verdict(text, fraction).drop
 
     def _update_cross(self, before: EncoderState, enc: EncoderState) -> None:
