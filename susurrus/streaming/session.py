@@ -187,7 +187,6 @@ class WindowState:
     mel: torch.Tensor = field(default_factory=lambda: torch.zeros(80, 0))  # log10 power frames
     encoder: EncoderState | None = None
     committed: list[int] = field(default_factory=list)  # tokens committed in this window
-    context: list[int] = field(default_factory=list)  # of those, the ones not refused by the guard
     committed_end_frame: int = 0  # encoder frame where the last committed word ends
     last_hypothesis: list[int] = field(default_factory=list)  # uncommitted tokens of the last step
     prefix: DecoderCache | None = None  # self-attention keys/values of the forced prefix but its last token
@@ -461,7 +460,6 @@ class StreamSession:
                 n_commit = len(tokens)
             else:
                 win.committed.extend(tokens[:n_commit])
-                win.context.extend(tokens[:n_commit])
                 if words:
                     self.words.extend(words)
                     events.append(Committed(words))
@@ -730,7 +728,7 @@ class StreamSession:
         elif cut <= 0 or cut > n_enc:
             cut = max(1, n_enc - round(5.0 / FRAME_S))
         cut_mel = 2 * cut
-        self.previous.extend(win.context)
+        self.previous.extend(win.committed)
         self.previous = self.previous[-self.config.context_tokens * 2:]
         self.window = WindowState(start_frame=win.start_frame + cut_mel, mel=win.mel[:, cut_mel:].clone())
         self.cross.restore(0)
