@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from susurrus.transports.display import LiveDisplay
 from susurrus.transports.writers import WRITERS, format_timestamp, write_result
 
 MODEL_HELP = ("model: an embedded name (tiny.en, base), a CTranslate2 directory, a Hugging Face "
@@ -81,51 +82,6 @@ def _read_stdin_pcm(fmt: str, chunk_samples: int):
         carry = data[usable:]
         block = np.frombuffer(data[:usable], dtype=dtype)
         yield block.astype(np.float32) / 32768.0 if fmt == "s16le" else block.astype(np.float32)
-
-
-class LiveDisplay:
-    """Committed text plain, interim text dimmed, on one rewritten terminal line (or, when
-    the output is not a terminal, committed words printed as they come)."""
-
-    DIM, RESET = "\x1b[2m", "\x1b[0m"
-
-    def __init__(self, stream, enabled: bool, turns: bool = False):
-        self.out = stream
-        self.enabled = enabled
-        self.turns = turns  # one line per speech turn (off a terminal: only those lines)
-        self.tty = stream.isatty()
-        self.line = ""
-
-    def update(self, committed: str, interim: str) -> None:
-        if not self.enabled:
-            return
-        if not self.tty:
-            if committed and not self.turns:
-                self.out.write(committed)
-                self.out.flush()
-            return
-        self.line += committed
-        import shutil
-
-        width = shutil.get_terminal_size((100, 20)).columns - 1
-        shown = (self.line + interim)[-width:]
-        plain = max(0, len(shown) - len(interim))
-        self.out.write("\r\x1b[K" + shown[:plain] + self.DIM + shown[plain:] + self.RESET)
-        self.out.flush()
-
-    def turn(self, text: str, start_ms: int, end_ms: int) -> None:
-        """A speech turn ended: its own line, with its audio span."""
-        if not self.enabled:
-            return
-        span = f"[{start_ms / 1000:7.2f} -> {end_ms / 1000:7.2f}]"
-        self.out.write(("\r\x1b[K" if self.tty else "") + f"{span} {text}\n")
-        self.out.flush()
-        self.line = ""
-
-    def close(self) -> None:
-        if self.enabled:
-            self.out.write("\n")
-            self.out.flush()
 
 
 def _cmd_stream(args: argparse.Namespace) -> int:

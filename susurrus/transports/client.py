@@ -28,6 +28,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from susurrus.audio.io import decode_audio
+from susurrus.transports.display import LiveDisplay
 
 FLUSH_MARKER = "susurrus-client-flush"  # event ids of the two closing commits (--turns)
 END_MARKER = "susurrus-client-end"
@@ -107,38 +108,6 @@ async def mic_blocks(rate: int, block_ms: int) -> AsyncIterator[np.ndarray]:
         loop.remove_signal_handler(signal.SIGINT)
 
 
-class Printer:
-    """Committed text plain, interim dimmed on one rewritten line (a terminal); committed text
-    only otherwise."""
-
-    DIM, RESET = "\x1b[2m", "\x1b[0m"
-
-    def __init__(self, out: TextIO):
-        self.out = out
-        self.tty = out.isatty()
-        self.line = ""
-
-    def show(self, committed: str, interim: str) -> None:
-        if not self.tty:
-            if committed:
-                self.out.write(committed)
-                self.out.flush()
-            return
-        import shutil
-
-        self.line += committed
-        width = shutil.get_terminal_size((100, 20)).columns - 1
-        shown = (self.line + interim)[-width:]
-        plain = max(0, len(shown) - len(interim))
-        self.out.write("\r\x1b[K" + shown[:plain] + self.DIM + shown[plain:] + self.RESET)
-        self.out.flush()
-
-    def end_item(self) -> None:
-        self.out.write("\n")
-        self.out.flush()
-        self.line = ""
-
-
 async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, latency: str | None = None,
                      language: str | None = None, api_key: str | None = None, turns: bool = False,
                      out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -148,7 +117,7 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
 
     out, err = out or sys.stdout, err or sys.stderr  # looked up now: the caller may have redirected them
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    printer = Printer(out)
+    printer = LiveDisplay(out, True)
     status = 0
     async with websockets.connect(url, additional_headers=headers, max_size=None) as ws:
         done = asyncio.Event()
@@ -164,12 +133,12 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
                 event = json.loads(message)
                 kind = event.get("type")
                 if kind == "conversation.item.input_audio_transcription.delta":
-                    printer.show(event.get("delta") or "", "")
+                    printer.update(event.get("delta") or "", "")
                 elif kind == "susurrus.interim":
-                    printer.show("", event.get("text") or "")
+                    printer.update("", event.get("text") or "")
                 elif kind == "conversation.item.input_audio_transcription.completed":
-                    printer.show("", "")
-                    printer.end_item()
+                    printer.update("", "")
+                    printer.end_line()
                     if not turns:
                         done.set()
                 elif kind == "conversation.item.input_audio_transcription.failed":
