@@ -13,8 +13,11 @@ size) as fast as it computes, one thread. Variants of the audio:
   mixed one), to count turns split at pauses inside utterances and merged across them.
 
 Settings: ``server_vad`` (``turns=TurnConfig()``: 0.5 / 300 ms / 500 ms) and ``semantic``
-(the same with ``semantic_turns=True``: 250 ms of silence end a turn whose text ends a sentence,
-1000 ms one that trails off, see ``text_turn_silence_ms``).
+(the same with ``semantic_turns=True``: 192 ms into each pause the turn is decoded as if the audio
+ended there; 350 ms of silence end it when that text ends a sentence whose punctuation the decoder
+gave p >= 0.95, 1000 ms when it trails off, see ``text_turn_silence_ms``); with ``--settings``
+also ``server_vad_400`` / ``_450`` / ``_600`` (silence alone at other durations) and
+``semantic_600`` (the text-aware end over a 600 ms base).
 
 Boundary table, over all utterances (as ``benchmarks/turns.py``; a turn covers an utterance when
 their raw speech intervals ``speech_start_ms``..``speech_end_ms`` intersect): the fraction whose
@@ -68,6 +71,11 @@ SETTINGS: dict[str, dict] = {
     "server_vad": {"turns": TurnConfig()},
     "semantic": {"turns": TurnConfig(), "semantic_turns": True},
 }
+# silence alone at other durations, and the text-aware end over another base (``--settings``): the
+# trade-off between ending sooner and splitting utterances at pauses inside them
+for _ms in (400, 450, 600):
+    SETTINGS[f"server_vad_{_ms}"] = {"turns": TurnConfig(silence_duration_ms=_ms)}
+SETTINGS["semantic_600"] = {"turns": TurnConfig(silence_duration_ms=600), "semantic_turns": True}
 SENTENCE_END = re.compile(r"""[.?!]["'”’)\]]*$""")
 
 

@@ -89,6 +89,31 @@ def test_speech_turns_open_and_close_with_the_utterances(tiny, dev_items):
     assert " ".join(t.text for t in turns) == stream.text.strip()
 
 
+def test_semantic_turns_end_sooner_after_a_sure_sentence_end_and_change_no_text(tiny, dev_items):
+    """``semantic_turns``: a turn whose text, read as if the audio ended 192 ms into the pause,
+    ends a sentence the decoder is sure of closes after 350 ms of silence instead of 500; one it
+    is unsure of ("modern." here) waits the full 500. Reading the text changes nothing else: the
+    same turns with the same words as plain server_vad."""
+    ids = ("ljspeech_LJ001-0002", "ljspeech_LJ001-0015", "ljspeech_LJ001-0017")
+    picked = sorted((i for i in dev_items if i.id in ids), key=lambda i: ids.index(i.id))
+    assert len(picked) == 3
+    gap = np.zeros(int(1.5 * SR), np.float32)
+    audio = np.concatenate([x for item in picked for x in (decode_audio(item.audio), gap)])
+    runs = {}
+    for semantic in (False, True):
+        _, events = _run(tiny, audio, turns=TurnConfig(), semantic_turns=semantic)
+        stops = [e for e in events if isinstance(e, SpeechStopped)]
+        runs[semantic] = ([e.audio_end_ms - e.speech_end_ms for e in stops],
+                          [e.text for e in events if isinstance(e, TurnEnded)])
+    (plain, plain_text), (sem, sem_text) = runs[False], runs[True]
+    assert sem_text == plain_text and len(sem_text) == 3
+    assert plain == [512, 512, 512]  # 500 ms of silence, in whole 32 ms frames
+    assert sem[0] == 512 and plain_text[0].endswith(".")  # a period the decoder was unsure of
+    assert sem[1:] == [352, 352]  # sure sentence ends: 350 ms
+    for item, text in zip(picked, sem_text):
+        assert corpus_error_rate([(item.text, text)]) <= 25
+
+
 def test_multilingual_stream_detects_the_language(base, dev_item):
     item = dev_item("picovoice_test_fr")
     audio = decode_audio(item.audio)

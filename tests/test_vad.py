@@ -177,18 +177,22 @@ def test_turn_semantics_on_synthetic_probabilities():
 
 
 def test_text_turn_silence():
-    assert text_turn_silence_ms("I will be there at noon.") == 250
-    assert text_turn_silence_ms("Are you coming?") == 250
-    assert text_turn_silence_ms('He said "stop!"') == 250
+    assert text_turn_silence_ms("I will be there at noon.") == 350
+    assert text_turn_silence_ms("Are you coming?") == 350
+    assert text_turn_silence_ms('He said "stop!"') == 350
+    # a sentence end the recogniser was unsure of (e.g. a period written for a pause) waits the base
+    assert text_turn_silence_ms("I will be there at noon.", end_probability=0.8) == 500
+    assert text_turn_silence_ms("I will be there at noon.", end_probability=0.96) == 350
     assert text_turn_silence_ms("I went to the store and") == 1000
-    assert text_turn_silence_ms("I went to the store,") == 1000
     assert text_turn_silence_ms("Let me think, um") == 1000
     assert text_turn_silence_ms("So, um.") == 1000
     assert text_turn_silence_ms("I was going to...") == 1000
+    assert text_turn_silence_ms("The options are:") == 1000
+    assert text_turn_silence_ms("I went to the store,") == 500  # commas end many turns and clips
     assert text_turn_silence_ms("We met Dr.") == 500
     assert text_turn_silence_ms("I went to the store") == 500
     assert text_turn_silence_ms("") == 500
-    assert text_turn_silence_ms("Done.", base_silence_ms=800) == 400
+    assert text_turn_silence_ms("Done.", base_silence_ms=800) == 560
 
 
 def test_hallucination_phrases():

@@ -93,7 +93,7 @@ class StreamConfig:
     resume_pad_ms: int = 500  # audio kept before speech that resumes after idling
     hallucination_guard: bool = True  # drop committed text over non-speech / known phrases over weak speech
     turns: TurnConfig | None = None  # server_vad turn detection (speech started/stopped, a flush per turn)
-    semantic_turns: bool = False  # end turns sooner after a finished sentence, later when the text trails off
+    semantic_turns: bool = False  # end turns sooner after a sure sentence end, later when the text trails off
     detect_ms: int = 3000  # multilingual without a language: audio heard before detecting it
     language: str | None = None
     task: str = "transcribe"
@@ -250,6 +250,7 @@ class StreamSession:
         self.turn_state = TurnState(config.turns) if config.turns else None
         self.turn_start_ms = 0  # audio_start_ms of the open turn
         self.turn_first_word = 0  # index in ``words`` of the open turn's first word
+        self._pause: tuple[int, int | None] = (-1, None)  # (last speech frame, silence that ends the turn)
         self.last_speech_ms: float | None = None  # end of the last VAD frame that was speech
         self.idle = config.vad  # computing nothing until speech (and again after long non-speech)
         self.idle_since_ms = 0.0  # when the stream last went idle: speech after it wakes it
@@ -337,12 +338,16 @@ class StreamSession:
                 self.last_speech_ms = float((first + speech[-1] + 1) * FRAME_MS)
         if self.turn_state is None or not len(probs):
             return []
-        silence = None
-        if cfg.semantic_turns:
-            turn_text = "".join(w.word for w in self.words[self.turn_first_word:]) + self.interim
-            silence = text_turn_silence_ms(turn_text, cfg.turns.silence_duration_ms)
+        if not cfg.semantic_turns:
+            return self._turn_transitions(push_turn(self.turn_state, probs))
         events: list[Event] = []
-        for ev in push_turn(self.turn_state, probs, silence_duration_ms=silence):
+        for p in probs:  # a frame at a time: the text is read at the frame a pause reaches ``probe``
+            events.extend(self._turn_transitions(push_turn(self.turn_state, p[None], self._pause_silence_ms())))
+        return events
+
+    def _turn_transitions(self, turn_events: list) -> list[Event]:
+        events: list[Event] = []
+        for ev in turn_events:
             events.append(ev)
             if isinstance(ev, SpeechStarted):
                 self.turn_start_ms = ev.audio_start_ms
@@ -351,6 +356,59 @@ class StreamSession:
                 events.extend(self._flush())
                 events.append(self._close_turn(ev))
         return events
+
+    def _pause_silence_ms(self) -> int | None:
+        """``semantic_turns``: the silence that ends the open turn at its current pause. Until
+        the pause is a few frames long, the base silence; then, once per pause, the turn's text
+        as if the audio ended here (:meth:`_peek_end`) sets it (:func:`text_turn_silence_ms`)."""
+        ts = self.turn_state
+        base = ts.config.silence_duration_ms
+        if not ts.in_speech:
+            return None
+        quiet = ts.frames_seen - 1 - ts.last_speech_frame  # silent frames so far in this pause
+        probe = max(1, min(6, text_turn_silence_ms(".", base) // FRAME_MS))  # 192 ms, or less if a
+        if quiet < probe:  # finished sentence may end a turn sooner than that
+            return base
+        if self._pause[0] != ts.last_speech_frame:
+            text, probability = self._peek_end()
+            self._pause = (ts.last_speech_frame, text_turn_silence_ms(text, base, probability))
+        return self._pause[1]
+
+    @torch.inference_mode()
+    def _peek_end(self) -> tuple[str, float]:
+        """The open turn's text if the audio ended here, and the probability the decoder gave
+        the sentence end after its last word (0 without one). Decodes the window as the final
+        step would (everything encoded, the silence heard so far as the right context) without
+        changing the session: the encoder state is a value, and the cross-attention positions
+        written are put back."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        turn_text = "".join(w.word for w in self.words[self.turn_first_word:])
+        win = self.window
+        if self.language is None or win.mel.shape[1] < 2:  # not detected yet: the text so far
+            return turn_text + self.interim, 0.0
+        before = win.encoder or EncoderState.empty(self.net)
+        lookahead = round(self.config.lookahead_ms / 1000 / FRAME_S)
+        enc = encode_step(self.net, before, win.mel, lookahead, final=True, running_max=self.mel_state.running_max)
+        if enc.frames == 0:
+            return turn_text + self.interim, 0.0
+        a, real, prefix = before.finalized, self.cross.real, win.prefix
+        b = max(enc.frames, real)
+        saved = [(kv.k[:, a:b].clone(), kv.v[:, a:b].clone()) for kv in self.cross.kv]
+        try:
+            self._update_cross(before, enc)
+            tokens, _, probs, _, _, _ = self._decode(enc.frames, final=True)
+        finally:
+            for kv, (k, v) in zip(self.cross.kv, saved):
+                kv.k[:, a:b], kv.v[:, a:b] = k, v
+            self.cross.real, win.prefix = real, prefix
+        k = len(tokens)  # after the last token with a letter or digit
+        while k > 0 and not any(c.isalnum() for c in self.tokenizer.decode([tokens[k - 1]])):
+            k -= 1
+        ending = self.tokenizer.decode(tokens[k:k + 1]).strip()
+        probability = probs[k] if ending[:1] in (".", "?", "!", "。", "？", "！") else 0.0
+        self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0, time.thread_time() - c0,
+                                    enc.frames - a, len(tokens)))
+        return turn_text + self.tokenizer.decode(tokens), probability
 
     def _close_turn(self, stopped: SpeechStopped) -> TurnEnded:
         words = self.words[self.turn_first_word:]

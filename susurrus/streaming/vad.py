@@ -16,7 +16,8 @@ Three layers, each a pure function over explicit state, as the rest of ``streami
    time at which that was decided, so it *includes* the silence duration. The raw speech onset
    and end are reported too (``speech_start_ms``, ``speech_end_ms``).
 3. :func:`text_turn_silence_ms` (semantic-VAD spirit): how much silence should end a turn given
-   the text transcribed so far: less after a finished sentence, more when the text trails off.
+   the text transcribed so far and how sure the recogniser was of its sentence end: less after a
+   sure one, more when the text trails off.
 
 :func:`is_speech_padded` and :func:`speech_fraction` read the probability history for compute
 gating and for the hallucination guard (``streaming/hallucination.py``).
@@ -275,21 +276,29 @@ i we they he she
 """.split())
 FILLERS = frozenset("um uh er erm ah hmm mm".split())
 _SENTENCE_END = re.compile(r"""[.?!。？！]["'”’)\]]*$""")
-_TRAILING_PUNCT = re.compile(r"""(\.\.\.|…|[,;:\-–—])["'”’)\]]*$""")
+_TRAILING_PUNCT = re.compile(r"""(\.\.\.|…|[;:\-–—])["'”’)\]]*$""")
 _ABBREVIATION = re.compile(r"\b(mr|mrs|ms|dr|prof|st|vs|etc|e\.g|i\.e)\.$", re.IGNORECASE)
 
 
-def text_turn_silence_ms(text: str, base_silence_ms: int = 500, complete_factor: float = 0.5,
-                         incomplete_factor: float = 2.0) -> int:
+def text_turn_silence_ms(text: str, base_silence_ms: int = 500, end_probability: float = 1.0,
+                         complete_factor: float = 0.7, incomplete_factor: float = 2.0,
+                         confident: float = 0.95) -> int:
     """Silence that should end a turn whose transcript so far is ``text``.
 
     - the text ends a sentence (``.``, ``?``, ``!``, possibly before a closing quote or
-      bracket; not an ellipsis nor an abbreviation such as "Dr."): ``base * complete_factor``
-      (250 ms by default) — the speaker has likely finished;
-    - it trails off (ends with ``,`` ``;`` ``:`` a dash or an ellipsis, or its last word is a
-      conjunction, article, possessive, preposition, subject pronoun or filler such as "and",
-      "the", "to", "um"): ``base * incomplete_factor`` (1000 ms) — they are likely mid-thought;
-    - otherwise (no text, or a word without punctuation): ``base``.
+      bracket; not an ellipsis nor an abbreviation such as "Dr.") and the recogniser gave that
+      punctuation a probability ``end_probability`` of at least ``confident``:
+      ``base * complete_factor`` (350 ms by default) — the speaker has likely finished;
+    - it trails off (ends with an ellipsis or a dash, or its last word is a conjunction,
+      article, possessive, preposition, subject pronoun or filler such as "and", "the", "to",
+      "um"): ``base * incomplete_factor`` (1000 ms) — they are likely mid-thought;
+    - otherwise (no text, a comma, a word without punctuation, a sentence end the recogniser
+      was unsure of): ``base``.
+
+    The thresholds are measured (``benchmarks/turns_stream.py``, docs/benchmarks_endpointing.md):
+    read speech pauses 250-600 ms inside sentences at places where the words so far could end
+    one, and Whisper, hearing silence, writes a period there too, with a lower probability.
+    A comma ends many a turn in conversation (and many a clip), so it does not delay.
     """
     t = text.strip()
     if not t:
@@ -299,7 +308,9 @@ def text_turn_silence_ms(text: str, base_silence_ms: int = 500, complete_factor:
     if _TRAILING_PUNCT.search(t) or last in FILLERS:  # "So, um." has not finished either
         return int(round(base_silence_ms * incomplete_factor))
     if _SENTENCE_END.search(t) and not _ABBREVIATION.search(t):
-        return int(round(base_silence_ms * complete_factor))
+        if end_probability >= confident:
+            return int(round(base_silence_ms * complete_factor))
+        return int(base_silence_ms)
     if last in TRAILING_WORDS:
         return int(round(base_silence_ms * incomplete_factor))
     return int(base_silence_ms)

@@ -278,8 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--turns", action="store_true",
                    help="detect speech turns (OpenAI server_vad semantics) and print one line per turn")
     s.add_argument("--semantic-turns", action="store_true",
-                   help="like --turns, ending turns sooner after a finished sentence and later when "
-                        "the text trails off")
+                   help="like --turns, reading the text 192 ms into each pause: a sentence end the "
+                        "decoder is sure of ends the turn after 0.7x the silence, a trailing 'and', "
+                        "'the' or 'um' waits 2x")
     s.add_argument("--silence-ms", type=int, default=500,
                    help="silence that ends a turn (default: %(default)s)")
     s.add_argument("--no-vad", action="store_true",

@@ -69,8 +69,8 @@ LATENCIES = ("low", "medium", "high")
 # OpenAI's server_vad defaults
 SERVER_VAD_DEFAULTS = {"threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500}
 # semantic_vad ``eagerness`` onto the silence that ends a turn whose text reads as neither finished nor
-# trailing off; the stream halves it after a finished sentence and doubles it when the text trails off
-# (``streaming.vad.text_turn_silence_ms``)
+# trailing off; the stream takes 0.7x of it after a sentence end the decoder is sure of and doubles it
+# when the text trails off (``streaming.vad.text_turn_silence_ms``)
 EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 500, "auto": 500, "high": 250}
 
 # error codes (``error.code``); OpenAI's where it has one
