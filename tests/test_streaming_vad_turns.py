@@ -114,6 +114,32 @@ def test_semantic_turns_end_sooner_after_a_sure_sentence_end_and_change_no_text(
         assert corpus_error_rate([(item.text, text)]) <= 25
 
 
+def _doubled_phrase(words: list[str]) -> list[str] | None:
+    """A phrase of two or more words said twice back to back, if any."""
+    for n in range(2, len(words) // 2 + 1):
+        for i in range(len(words) - 2 * n + 1):
+            if words[i:i + n] == words[i + n:i + 2 * n]:
+                return words[i:i + n]
+    return None
+
+
+def test_a_turns_last_decode_does_not_start_the_sentence_over(tiny, longform_items):
+    """At the end of a short turn ("In being comparatively modern," after 1.5 s) the final
+    decode used to read the turn's audio a second time ("... modern, in being comparatively
+    modern,"): a new word whose attention jumps back over audio already transcribed now ends
+    the decoding."""
+    item = next((i for i in longform_items if i.id == "dev_all_english_concat"), None)
+    if item is None:
+        pytest.skip("dev_all_english_concat not in the longform manifest")
+    audio = decode_audio(item.audio)[: int(12.8 * SR)]
+    stream, events = _run(tiny, audio, turns=TurnConfig())
+    turns = [e.text for e in events if isinstance(e, TurnEnded)]
+    assert len(turns) == 2 and turns[1].lower().startswith("in being comparatively modern")
+    words = [w.strip(",.").lower() for w in stream.text.split()]
+    assert _doubled_phrase(words) is None, stream.text
+    assert corpus_error_rate([(" ".join(s["text"] for s in item.segments[:2]), stream.text)]) <= 10
+
+
 def test_multilingual_stream_detects_the_language(base, dev_item):
     item = dev_item("picovoice_test_fr")
     audio = decode_audio(item.audio)

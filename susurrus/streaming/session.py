@@ -87,6 +87,7 @@ class StreamConfig:
     uncertain_margin_ms: int = 1500  # ... this margin instead (more right context to settle)
     first_margin_ms: int = 1000  # commit margin until the window's first commit (opening words need context)
     interim_edge_ms: int = 200  # stop decoding at tokens read this close to the audio edge (they change)
+    reread_frames: int = 25  # stop at a new word read this many encoder frames (20 ms) before the last one
     vad: bool = True  # Silero VAD: no compute in non-speech, no text over it
     vad_threshold: float = 0.5  # a 32 ms frame is speech when its probability reaches this
     idle_after_ms: int = 1000  # no speech for this long: flush the window and stop computing
@@ -648,6 +649,9 @@ class StreamSession:
                 break  # at the end too, a new word read in the silence after the audio is invented
             if _repeats_third_time(seq + [nxt]):
                 break  # a phrase about to be said a third time in a row: a decoding loop
+            if (aligned and not relaxed and frames and self._starts_word(nxt)
+                    and frame < max(frames) - cfg.reread_frames):
+                break  # a new word read from audio already transcribed: the decoder is starting over
             tokens.append(nxt)
             probs.append(float(torch.softmax(row, -1)[nxt]))
             attns.append(attn)
