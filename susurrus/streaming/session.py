@@ -649,9 +649,14 @@ class StreamSession:
                 break  # at the end too, a new word read in the silence after the audio is invented
             if _repeats_third_time(seq + [nxt]):
                 break  # a phrase about to be said a third time in a row: a decoding loop
-            if (aligned and not relaxed and frames and self._starts_word(nxt)
-                    and frame < max(frames) - cfg.reread_frames):
-                break  # a new word read from audio already transcribed: the decoder is starting over
+            if aligned and not relaxed and self._starts_word(nxt) and (
+                    frame < max(frames, default=frame) - cfg.reread_frames
+                    or (frame < win.committed_end_frame - 2 * cfg.reread_frames and self._says_again(nxt))):
+                # a new word read from audio already transcribed (before this step's words; or
+                # well before the end of the committed ones, saying one of them again: the
+                # committed end alone can be late, a word stretched to the audio edge): the
+                # decoder is starting over
+                break
             tokens.append(nxt)
             probs.append(float(torch.softmax(row, -1)[nxt]))
             attns.append(attn)
@@ -715,6 +720,12 @@ class StreamSession:
         while n > 0 and not (n < len(tokens) and self._starts_word(tokens[n])):
             n -= 1
         return n
+
+    def _says_again(self, token: int) -> bool:
+        """Whether the word ``token`` starts is the start of a word committed in this window."""
+        piece = self.tokenizer.decode([token]).strip().lower().strip(".,;:!?\"'")
+        committed = self.tokenizer.decode(self.window.committed).lower().split()
+        return bool(piece) and any(w.strip(".,;:!?\"'").startswith(piece) for w in committed)
 
     def _starts_word(self, token: int) -> bool:
         piece = self._pieces.get(token)
