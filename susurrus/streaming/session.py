@@ -628,8 +628,11 @@ class StreamSession:
                 # end-of-text guard: refuse it while speech remains after the last token
                 if speech is None:
                     speech = _speech_mask(win.mel, n_real)
-                after = max(frames, default=win.committed_end_frame) + 25  # half a second past the furthest token
-                if speech[after:n_real].sum() >= 25:  # and half a second of speech beyond that
+                # half a second of speech beyond half a second past the furthest token; at a
+                # window's last step (nothing after it will read this audio) 0.3 s beyond 0.2 s
+                lead, need = (10, 15) if final else (25, 25)
+                after = max(frames, default=win.committed_end_frame) + lead
+                if speech[after:n_real].sum() >= need:
                     row[tok.eot] = -float("inf")
             nxt = int(row.argmax())
             following = nxt
