@@ -615,6 +615,7 @@ class StreamSession:
         probs: list[float] = []
         attns: list[torch.Tensor] = []
         speech = None
+        forced = -1  # after a refused end-of-text: the furthest frame read when it was refused
         glitched = False
         edge = round(cfg.interim_edge_ms / 1000 / FRAME_S)
         aligned = cfg.task == "transcribe"
@@ -634,6 +635,8 @@ class StreamSession:
                 after = max(frames, default=win.committed_end_frame) + lead
                 if speech[after:n_real].sum() >= need:
                     row[tok.eot] = -float("inf")
+                    if final:  # what follows must read past it (a window's last step: nothing comes after)
+                        forced = max(frames, default=win.committed_end_frame)
             nxt = int(row.argmax())
             following = nxt
             if nxt == tok.eot:
@@ -653,12 +656,12 @@ class StreamSession:
             if _repeats_third_time(seq + [nxt]):
                 break  # a phrase about to be said a third time in a row: a decoding loop
             if aligned and not relaxed and self._starts_word(nxt) and (
-                    frame < max(frames, default=frame) - cfg.reread_frames
+                    frame <= forced or frame < max(frames, default=frame) - cfg.reread_frames
                     or (frame < win.committed_end_frame - 2 * cfg.reread_frames and self._says_again(nxt))):
-                # a new word read from audio already transcribed (before this step's words; or
-                # well before the end of the committed ones, saying one of them again: the
-                # committed end alone can be late, a word stretched to the audio edge): the
-                # decoder is starting over
+                # a new word read from audio already transcribed (not past where the decoder was
+                # when its end-of-text was refused; before this step's words; or well before the
+                # end of the committed ones, saying one of them again: the committed end alone
+                # can be late, a word stretched to the audio edge): the decoder is starting over
                 break
             tokens.append(nxt)
             probs.append(float(torch.softmax(row, -1)[nxt]))
