@@ -47,7 +47,6 @@ whether the turn's text ends a sentence (``.?!``) or not.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import subprocess
 import sys
@@ -65,7 +64,7 @@ from susurrus.evaluation import signals
 from susurrus.evaluation.data import SHARED_DATA, read_manifest
 from susurrus.evaluation.metrics import corpus_error_rate
 from susurrus.streaming.session import TurnEnded
-from susurrus.streaming.vad import SpeechStarted, SpeechStopped, TurnConfig
+from susurrus.streaming.vad import SENTENCE_END, SpeechStarted, SpeechStopped, TurnConfig
 
 SETTINGS: dict[str, dict] = {
     "server_vad": {"turns": TurnConfig()},
@@ -76,7 +75,6 @@ SETTINGS: dict[str, dict] = {
 for _ms in (400, 450, 600):
     SETTINGS[f"server_vad_{_ms}"] = {"turns": TurnConfig(silence_duration_ms=_ms)}
 SETTINGS["semantic_600"] = {"turns": TurnConfig(silence_duration_ms=600), "semantic_turns": True}
-SENTENCE_END = re.compile(r"""[.?!]["'”’)\]]*$""")
 
 
 @dataclass

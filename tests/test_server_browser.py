@@ -26,6 +26,19 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 
 
+def _chromium(wav, *flags: str):
+    """Headless Chromium whose microphone plays ``wav`` (a fake device, permission granted)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--use-fake-ui-for-media-stream",
+                 "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={wav}", *flags):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(DRIVER), options=options)
+
+
 def _wait(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while True:
@@ -40,8 +53,7 @@ def _wait(predicate, timeout: float, what: str):
 @pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
                     reason="headless Chromium not installed (apt-get install chromium chromium-driver; .ci/run does)")
 def test_browser_demo_transcribes_the_microphone(server, tiny, dev_item, tmp_path):
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
+    pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
@@ -52,13 +64,7 @@ def test_browser_demo_transcribes_the_microphone(server, tiny, dev_item, tmp_pat
     wav = tmp_path / "mic.wav"
     sf.write(wav, np.concatenate([audio, np.zeros(4 * 16000, np.float32)]), 16000, subtype="PCM_16")
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1100,760",
-                 "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-                 f"--use-file-for-fake-audio-capture={wav}", "--autoplay-policy=no-user-gesture-required"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver = _chromium(wav, "--window-size=1100,760", "--autoplay-policy=no-user-gesture-required")
     try:
         driver.get(f"{server.http_url}/")
         body = driver.find_element(By.TAG_NAME, "body")
@@ -97,8 +103,7 @@ def test_browser_demo_transcribes_the_microphone(server, tiny, dev_item, tmp_pat
 def test_browser_demo_with_turn_detection_shows_each_turn_as_a_paragraph(server, longform_items, tmp_path):
     """The *Turn detection* checkbox: three utterances with 1.5 s of silence between them reach
     the page as three completed paragraphs while the microphone stays live."""
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
+    pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.common.by import By
 
     from susurrus.evaluation import signals
@@ -114,12 +119,7 @@ def test_browser_demo_with_turn_detection_shows_each_turn_as_a_paragraph(server,
     wav = tmp_path / "mic.wav"  # Chromium loops the file: 5 s of silence after it, the test stops inside
     sf.write(wav, np.concatenate([audio, np.zeros(5 * 16000, np.float32)]), 16000, subtype="PCM_16")
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--use-fake-ui-for-media-stream",
-                 "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={wav}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver = _chromium(wav)
     try:
         driver.get(f"{server.http_url}/")
         body = driver.find_element(By.TAG_NAME, "body")

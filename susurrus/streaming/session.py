@@ -211,6 +211,16 @@ class CrossBuffer:
             self.restore(start + n)
         self.real = start + n
 
+    def save(self, start: int, stop: int) -> tuple[int, int, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """A copy of positions ``[start, stop)`` (and of ``real``), for :meth:`load`."""
+        return start, self.real, [(kv.k[:, start:stop].clone(), kv.v[:, start:stop].clone()) for kv in self.kv]
+
+    def load(self, saved: tuple[int, int, list[tuple[torch.Tensor, torch.Tensor]]]) -> None:
+        """Put back what :meth:`save` copied."""
+        start, self.real, layers = saved
+        for kv, (k, v) in zip(self.kv, layers):
+            kv.k[:, start:start + k.shape[1]], kv.v[:, start:start + v.shape[1]] = k, v
+
     def restore(self, start: int) -> None:
         for buf, pad in zip(self.kv, self.pad):
             buf.k[:, start:self.real] = pad.k[:, start:self.real]
@@ -378,7 +388,8 @@ class StreamSession:
     @torch.inference_mode()
     def _peek_end(self) -> tuple[str, float]:
         """The open turn's text if the audio ended here, and the probability the decoder gave
-        the sentence end after its last word (0 without one). Decodes the window as the final
+        the punctuation after its last word (0 without any; :func:`text_turn_silence_ms` uses
+        it only when that punctuation ends a sentence). Decodes the window as the final
         step would (everything encoded, the silence heard so far as the right context) without
         changing the session: the encoder state is a value, and the cross-attention positions
         written are put back."""
@@ -392,23 +403,19 @@ class StreamSession:
         enc = encode_step(self.net, before, win.mel, lookahead, final=True, running_max=self.mel_state.running_max)
         if enc.frames == 0:
             return turn_text + self.interim, 0.0
-        a, real, prefix = before.finalized, self.cross.real, win.prefix
-        b = max(enc.frames, real)
-        saved = [(kv.k[:, a:b].clone(), kv.v[:, a:b].clone()) for kv in self.cross.kv]
+        saved, prefix = self.cross.save(before.finalized, max(enc.frames, self.cross.real)), win.prefix
         try:
             self._update_cross(before, enc)
             tokens, _, probs, _, _, _ = self._decode(enc.frames, final=True)
         finally:
-            for kv, (k, v) in zip(self.cross.kv, saved):
-                kv.k[:, a:b], kv.v[:, a:b] = k, v
-            self.cross.real, win.prefix = real, prefix
-        k = len(tokens)  # after the last token with a letter or digit
+            self.cross.load(saved)
+            win.prefix = prefix
+        k = len(tokens)  # the punctuation after the last token with a letter or digit (if any)
         while k > 0 and not any(c.isalnum() for c in self.tokenizer.decode([tokens[k - 1]])):
             k -= 1
-        ending = self.tokenizer.decode(tokens[k:k + 1]).strip()
-        probability = probs[k] if ending[:1] in (".", "?", "!", "。", "？", "！") else 0.0
+        probability = probs[k] if k < len(tokens) else 0.0
         self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0, time.thread_time() - c0,
-                                    enc.frames - a, len(tokens)))
+                                    enc.frames - before.finalized, len(tokens)))
         return turn_text + self.tokenizer.decode(tokens), probability
 
     def _close_turn(self, stopped: SpeechStopped) -> TurnEnded:
@@ -438,7 +445,7 @@ class StreamSession:
         win = self.window
         if win.encoder is None and not win.committed:
             return []
-        events = self._step(final=True, flush=True)
+        events = self._step(final=True)
         self._reanchor(at_end=True)
         if self.detect:
             self.language = None  # the next speech may be in another language
@@ -461,9 +468,9 @@ class StreamSession:
     # ------------------------------------------------------------------ one step
 
     @torch.inference_mode()
-    def _step(self, final: bool, flush: bool = False) -> list[Event]:
+    def _step(self, final: bool) -> list[Event]:
         """Encode what is new, decode, commit. ``final``: the audio of this window ends here
-        (end of stream, or ``flush``: non-speech or a turn's end follows), commit it all."""
+        (end of stream, or a flush: non-speech or a turn's end follows), commit it all."""
         t0, c0 = time.perf_counter(), time.thread_time()
         cfg = self.config
         win = self.window

@@ -275,7 +275,7 @@ of to for from with into onto at by between during without
 i we they he she
 """.split())
 FILLERS = frozenset("um uh er erm ah hmm mm".split())
-_SENTENCE_END = re.compile(r"""[.?!。？！]["'”’)\]]*$""")
+SENTENCE_END = re.compile(r"""[.?!。？！]["'”’)\]]*$""")
 _TRAILING_PUNCT = re.compile(r"""(\.\.\.|…|[;:\-–—])["'”’)\]]*$""")
 _ABBREVIATION = re.compile(r"\b(mr|mrs|ms|dr|prof|st|vs|etc|e\.g|i\.e)\.$", re.IGNORECASE)
 
@@ -307,7 +307,7 @@ def text_turn_silence_ms(text: str, base_silence_ms: int = 500, end_probability:
     last = words[-1] if words else ""
     if _TRAILING_PUNCT.search(t) or last in FILLERS:  # "So, um." has not finished either
         return int(round(base_silence_ms * incomplete_factor))
-    if _SENTENCE_END.search(t) and not _ABBREVIATION.search(t):
+    if SENTENCE_END.search(t) and not _ABBREVIATION.search(t):
         if end_probability >= confident:
             return int(round(base_silence_ms * complete_factor))
         return int(base_silence_ms)
