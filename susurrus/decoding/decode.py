@@ -184,6 +184,7 @@ def _sample(net: Whisper, rules: LogitRules, cache: DecoderCache, logits: Tensor
     seqs = [list(prompt) for _ in range(n)]
     sums = [0.0] * n
     done = [False] * n
+    length = len(prompt)  # positions fed to the decoder so far, finished sequences included
     while True:
         logits = logits.clone()
         rules(logits, seqs)
@@ -201,7 +202,8 @@ def _sample(net: Whisper, rules: LogitRules, cache: DecoderCache, logits: Tensor
             sums[k] += float(logprobs[k, t])
             seqs[k].append(t)
             done[k] = t == eot
-        if all(done) or len(seqs[0]) >= max_len:
+        length += 1
+        if all(done) or length >= max_len:  # (not len(seqs[0]): a finished first sample stops growing)
             break
         out, cache, _ = net.decoder(nxt[:, None], cache)
         logits = out[:, -1]
