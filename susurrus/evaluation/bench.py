@@ -1,24 +1,31 @@
-"""Streaming benchmark: accuracy, latency and cost of the live engine on a manifest.
+"""Streaming benchmark: accuracy, latency, cost and health of the live engine on a manifest.
 
 Every item is streamed in simulated real time (the audio is fed in ``chunk_ms`` pieces, as a
-live source would deliver it; latency is algorithmic, in audio time). Reported:
+live source would deliver it; latency is algorithmic, in audio time) and transcribed offline by
+the same model as ``susurrus transcribe`` does it (greedy here, with the temperature fallback).
+Reported, per setting, per condition and for the worst items:
 
-* WER of the committed text (Whisper's English normaliser), beside the same model offline
-  (greedy, 30 s windows) on the same items;
-* per-word latency: ``emitted_at`` minus the word's end time, the end taken from the same
-  model's offline word timestamps and matched to committed words by alignment;
+* WER of the committed text (Whisper's English normaliser; CER for Chinese and Japanese), beside
+  the offline WER on the same items; and the *agreement*: WER of the stream against the offline
+  text, which needs no reference, so unlabelled audio can be checked too;
+* per-word latency: ``emitted_at`` minus the word's end time, the end taken from the offline
+  word timestamps and matched to committed words by alignment;
+* health: the longest back-to-back repetition of a committed phrase (a loop), the longest delay
+  between the end of a word the offline model heard and the stream's first commit reaching it (a
+  stall), and offline words inside audio the voice activity gate never encoded (lost speech);
 * core-seconds per audio-second (process CPU time, 1 thread unless told), the median compute
-  time of one step, peak RSS; and the cost of re-encoding the whole padded 30 s buffer at
-  every step (what window-re-transcribing tools do), measured in the same run.
+  time of one step, peak RSS; and the cost of re-encoding the whole padded 30 s buffer at every
+  step (what window-re-transcribing tools do), measured in the same run.
 """
 
 from __future__ import annotations
 
+import json
 import resource
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -26,55 +33,151 @@ from tqdm import tqdm
 
 from susurrus.audio.features import N_FRAMES, log_mel_spectrogram, pad_or_trim
 from susurrus.audio.io import decode_audio
+from susurrus.evaluation import health
 from susurrus.evaluation.alignment import align_words, normalized_words
 from susurrus.evaluation.data import Item
-from susurrus.evaluation.metrics import corpus_error_rate
+from susurrus.evaluation.metrics import error_counts
 from susurrus.streaming.session import StreamConfig, StreamSession, silence_cross_kv
 from susurrus.streaming.vad import load_vad
 from susurrus.types import Word
+
+CHAR_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # scored by characters
+
+
+def unit_for(language: str) -> str:
+    return "char" if language in CHAR_LANGUAGES else "word"
+
+
+@dataclass
+class ItemResult:
+    id: str
+    language: str
+    conditions: list[str]
+    audio_s: float
+    reference: str | None  # None: unlabelled (only agreement and health are measured)
+    stream_text: str
+    offline_text: str
+    stream_errors: int = 0
+    offline_errors: int = 0
+    reference_units: int = 0
+    agreement_errors: int = 0  # stream against offline
+    offline_units: int = 0
+    latencies: list[float] = field(default_factory=list)
+    repetition: int = 0  # most times a committed phrase repeats back to back
+    max_delay_s: float = 0.0  # longest wait from an offline word's end to a commit reaching it
+    lost_words: list[str] = field(default_factory=list)  # offline words in audio the gate never encoded
+    cpu_s: float = 0.0
+    steps: int = 0
+
+    def wer(self) -> float:
+        return 100.0 * self.stream_errors / max(1, self.reference_units)
+
+    def offline_wer(self) -> float:
+        return 100.0 * self.offline_errors / max(1, self.reference_units)
 
 
 @dataclass
 class BenchResult:
     config: StreamConfig
-    items: int = 0
-    audio_s: float = 0.0
-    wer: float = 0.0
-    offline_wer: float = 0.0
-    latencies: list[float] = field(default_factory=list)
-    stream_cpu_s: float = 0.0
+    items: list[ItemResult] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
-    steps: int = 0
     full_encode_s: float = 0.0  # one padded 30 s encode, CPU seconds (median)
     peak_rss_mb: float = 0.0
-    texts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def audio_s(self) -> float:
+        return sum(i.audio_s for i in self.items)
+
+    @property
+    def latencies(self) -> list[float]:
+        return [lat for i in self.items for lat in i.latencies]
+
+    @property
+    def wer(self) -> float:
+        return _rate(self.items, "stream_errors")
+
+    @property
+    def offline_wer(self) -> float:
+        return _rate(self.items, "offline_errors")
+
+    @property
+    def agreement(self) -> float:
+        return 100.0 * sum(i.agreement_errors for i in self.items) / max(1, sum(i.offline_units for i in self.items))
 
     @property
     def cost(self) -> float:
-        return self.stream_cpu_s / max(self.audio_s, 1e-9)
+        return sum(i.cpu_s for i in self.items) / max(self.audio_s, 1e-9)
 
     @property
     def reencode_cost(self) -> float:
-        return self.steps * self.full_encode_s / max(self.audio_s, 1e-9)
+        return sum(i.steps for i in self.items) * self.full_encode_s / max(self.audio_s, 1e-9)
 
     def latency(self, q: float) -> float:
-        return float(np.percentile(self.latencies, q)) if self.latencies else float("nan")
+        lat = self.latencies
+        return float(np.percentile(lat, q)) if lat else float("nan")
 
     @property
     def mean_latency(self) -> float:
-        return float(np.mean(self.latencies)) if self.latencies else float("nan")
+        lat = self.latencies
+        return float(np.mean(lat)) if lat else float("nan")
 
     def row(self) -> str:
         c = self.config
         return (f"| {c.chunk_ms} | {c.lookahead_ms} | {c.commit_margin_ms} | {c.policy} | {self.wer:.2f} "
-                f"| {self.offline_wer:.2f} | {self.mean_latency:.2f} | {self.latency(50):.2f} "
+                f"| {self.offline_wer:.2f} | {self.agreement:.2f} | {self.mean_latency:.2f} | {self.latency(50):.2f} "
                 f"| {self.latency(90):.2f} | {self.cost:.3f} | {self.reencode_cost:.2f} "
-                f"| {1000 * statistics.median(self.step_times):.0f} | {self.peak_rss_mb:.0f} |")
+                f"| {1000 * statistics.median(self.step_times or [0.0]):.0f} | {self.peak_rss_mb:.0f} |")
+
+    def health_row(self) -> str:
+        worst = max(self.items, key=lambda i: i.wer() - i.offline_wer(), default=None)
+        delta = f"{worst.wer() - worst.offline_wer():+.1f} ({worst.id})" if worst and worst.reference else "-"
+        lost = sum(len(i.lost_words) for i in self.items)
+        rep = max((i.repetition for i in self.items), default=0)
+        stall = max(self.items, key=lambda i: i.max_delay_s, default=None)
+        stall_s = f"{stall.max_delay_s:.2f} ({stall.id})" if stall else "-"
+        return f"| {self.config.chunk_ms}/{self.config.lookahead_ms}/{self.config.commit_margin_ms} | {delta} " \
+               f"| {lost} | {rep} | {stall_s} |"
+
+    def condition_rows(self) -> list[str]:
+        groups: dict[str, list[ItemResult]] = {}
+        for item in self.items:
+            for cond in item.conditions:
+                groups.setdefault(cond, []).append(item)
+        rows = []
+        for cond, items in sorted(groups.items(), key=lambda kv: -sum(i.audio_s for i in kv[1])):
+            wer, off = _rate(items, "stream_errors"), _rate(items, "offline_errors")
+            agree = 100.0 * sum(i.agreement_errors for i in items) / max(1, sum(i.offline_units for i in items))
+            lat = [x for i in items for x in i.latencies]
+            rows.append(f"| {cond} | {len(items)} | {sum(i.audio_s for i in items) / 60:.1f} | {wer:.2f} | {off:.2f} "
+                        f"| {wer - off:+.2f} | {agree:.2f} | {np.mean(lat) if lat else float('nan'):.2f} "
+                        f"| {max(i.wer() - i.offline_wer() for i in items):+.1f} |")
+        return rows
+
+    def worst_rows(self, n: int = 10) -> list[str]:
+        ranked = sorted((i for i in self.items if i.reference is not None),
+                        key=lambda i: i.wer() - i.offline_wer(), reverse=True)[:n]
+        return [f"| {i.id} | {'; '.join(i.conditions)} | {i.wer():.1f} | {i.offline_wer():.1f} "
+                f"| {_clip(i.stream_text)} | {_clip(i.offline_text)} |" for i in ranked]
 
 
-HEADER = ("| chunk ms | look-ahead ms | margin ms | policy | WER % | offline WER % | latency mean s "
-          "| p50 s | p90 s | core-s / audio-s | re-encode core-s / audio-s | median step ms | peak RSS MB |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def _rate(items: list[ItemResult], attr: str) -> float:
+    labelled = [i for i in items if i.reference is not None]
+    return 100.0 * sum(getattr(i, attr) for i in labelled) / max(1, sum(i.reference_units for i in labelled))
+
+
+def _clip(text: str, n: int = 70) -> str:
+    text = text.strip().replace("|", "/")
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+HEADER = ("| chunk ms | look-ahead ms | margin ms | policy | WER % | offline WER % | stream vs offline % "
+          "| latency mean s | p50 s | p90 s | core-s / audio-s | re-encode core-s / audio-s | median step ms "
+          "| peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEALTH_HEADER = ("| setting | worst item, WER points over offline | offline words lost to the gate "
+                 "| longest repetition | longest commit delay s |\n|---|---|---|---|---|")
+CONDITION_HEADER = ("| condition | items | minutes | stream WER % | offline WER % | Δ | stream vs offline % "
+                    "| latency mean s | worst item Δ |\n|---|---|---|---|---|---|---|---|---|")
+WORST_HEADER = "| item | condition | stream WER % | offline WER % | stream | offline |\n|---|---|---|---|---|---|"
 
 
 def stream_item(net, tokenizer, audio: np.ndarray, config: StreamConfig,
@@ -104,17 +207,38 @@ def word_latencies(stream_words, offline_words: list[Word]) -> list[float]:
     return out
 
 
-def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = True) -> list[BenchResult]:
+def offline_reference(model, audio: np.ndarray, language: str | None) -> tuple[str, list[Word]]:
+    """The same model's default offline transcription (greedy, with the temperature fallback
+    and previous-text conditioning, as ``susurrus transcribe --beam-size 1``), and its words."""
+    segments, _ = model.transcribe(audio, beam_size=1, word_timestamps=True, language=language)
+    segments = list(segments)
+    return " ".join(s.text.strip() for s in segments), [w for s in segments for w in s.words or []]
+
+
+def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = True,
+        detect_language: bool = False, offline_cache: str | None = None) -> list[BenchResult]:
+    """Stream and transcribe ``items`` with each setting. The item's language is given to both
+    unless ``detect_language`` (multilingual models then detect it, offline and streaming).
+    ``offline_cache``: a JSON file keeping the offline transcriptions between runs (keyed by
+    model, item, audio length and language; delete it when the offline decoding changes)."""
     net, tokenizer = model.net, model.tokenizer
     audio = {i.id: decode_audio(i.audio) for i in items}
-    offline_text: dict[str, str] = {}
-    offline_words: dict[str, list[Word]] = {}
+
+    def language(item: Item) -> str | None:
+        return None if detect_language or not model.is_multilingual else item.language
+
+    cache = _load_cache(offline_cache)
+    offline: dict[str, tuple[str, list[Word]]] = {}
     for item in tqdm(items, desc="offline reference", disable=not progress, file=sys.stderr):
-        segments, _ = model.transcribe(audio[item.id], beam_size=1, temperature=0.0, word_timestamps=True,
-                                       language="en" if model.is_multilingual else None)
-        segments = list(segments)
-        offline_text[item.id] = " ".join(s.text.strip() for s in segments)
-        offline_words[item.id] = [w for s in segments for w in s.words or []]
+        key = f"{model.name}|{item.id}|{len(audio[item.id])}|{language(item)}"
+        if key not in cache:
+            text, words = offline_reference(model, audio[item.id], language(item))
+            cache[key] = [text, [asdict(w) for w in words]]
+        text, words = cache[key]
+        offline[item.id] = (text, [Word(**w) for w in words])
+    if offline_cache:
+        with open(offline_cache, "w") as f:
+            json.dump(cache, f)
     # the cost of one padded 30 s encode, as window-re-transcribing tools pay at every step
     mel = pad_or_trim(log_mel_spectrogram(audio[items[0].id])[:, :N_FRAMES])[None]
     times = []
@@ -124,29 +248,72 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
             c0 = time.process_time()
             net.embed_audio(mel)
             times.append(time.process_time() - c0)
-    full_encode = statistics.median(times)
     silence = silence_cross_kv(net)  # shared by every stream, as a server would
     vad = load_vad()
     results = []
     for config in configs:
-        res = BenchResult(config=config, items=len(items), full_encode_s=full_encode)
-        pairs, offline_pairs = [], []
+        res = BenchResult(config=config, full_encode_s=statistics.median(times))
         for item in tqdm(items, desc=f"stream {config.chunk_ms}/{config.lookahead_ms}/{config.commit_margin_ms}",
                          disable=not progress, file=sys.stderr):
-            session, cpu = stream_item(net, tokenizer, audio[item.id], config, silence, vad)
-            res.audio_s += len(audio[item.id]) / 16000
-            res.stream_cpu_s += cpu
-            res.steps += len(session.stats)
+            cfg = config if language(item) is None else _with_language(config, language(item))
+            session, cpu = stream_item(net, tokenizer, audio[item.id], cfg, silence, vad)
             res.step_times.extend(s.compute_s for s in session.stats)
-            res.texts[item.id] = session.text
-            pairs.append((item.text, session.text))
-            offline_pairs.append((item.text, offline_text[item.id]))
-            res.latencies.extend(word_latencies(session.words, offline_words[item.id]))
-        res.wer = corpus_error_rate(pairs)
-        res.offline_wer = corpus_error_rate(offline_pairs)
+            res.items.append(score_item(item, session, offline[item.id], len(audio[item.id]) / 16000, cpu))
         res.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         results.append(res)
     return results
+
+
+def _load_cache(path: str | None) -> dict:
+    try:
+        with open(path) as f:  # type: ignore[arg-type]
+            return json.load(f)
+    except (TypeError, FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _with_language(config: StreamConfig, language: str) -> StreamConfig:
+    from dataclasses import replace
+
+    return replace(config, language=language)
+
+
+def score_item(item: Item, session: StreamSession, offline: tuple[str, list[Word]], audio_s: float,
+               cpu_s: float) -> ItemResult:
+    offline_text, offline_words = offline
+    unit = unit_for(item.language)
+    res = ItemResult(item.id, item.language, item.conditions, audio_s, item.text or None, session.text, offline_text,
+                     cpu_s=cpu_s, steps=len(session.stats))
+    if item.text:
+        res.stream_errors, res.reference_units = error_counts(item.text, session.text, item.language, unit)
+        res.offline_errors, _ = error_counts(item.text, offline_text, item.language, unit)
+    res.agreement_errors, res.offline_units = error_counts(offline_text, session.text, item.language, unit)
+    res.latencies = word_latencies(session.words, offline_words)
+    res.repetition = health.longest_repetition([w.word for w in session.words])
+    delays = health.commit_delays(session.words, offline_words, audio_s)
+    res.max_delay_s = round(max(delays, default=0.0), 3)
+    res.lost_words = [w.word for w in health.lost_words(offline_words, session.skipped)]
+    return res
+
+
+def report(results: list[BenchResult], worst: int = 10) -> str:
+    """The tables: settings, health, per condition and worst items (per setting)."""
+    lines = [HEADER, *(r.row() for r in results), "", HEALTH_HEADER, *(r.health_row() for r in results)]
+    for r in results:
+        c = r.config
+        lines += ["", f"Per condition, {c.chunk_ms}/{c.lookahead_ms}/{c.commit_margin_ms} "
+                      "(an item counts in each of its conditions):", "", CONDITION_HEADER, *r.condition_rows()]
+        if worst:
+            lines += ["", f"Worst {worst} items (stream minus offline WER):", "", WORST_HEADER, *r.worst_rows(worst)]
+    return "\n".join(lines)
+
+
+def write_json(results: list[BenchResult], path: str) -> None:
+    """Every item's texts and figures, per setting."""
+    out = [{"config": asdict(r.config), "wer": r.wer, "offline_wer": r.offline_wer, "agreement": r.agreement,
+            "latency_mean": r.mean_latency, "cost": r.cost, "items": [asdict(i) for i in r.items]} for r in results]
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1, default=str)
 
 
 def plot(results: list[BenchResult], path: str) -> None:

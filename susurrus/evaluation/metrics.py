@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 
 
@@ -17,9 +18,25 @@ def _normalizer(language: str):
     return BasicTextNormalizer()
 
 
+_DIGITS = "zero one two three four five six seven eight nine".split()
+# digits alone: not in "15th", nor amounts, percentages and decimals ("$3.50", "5%"), which the
+# normaliser reads as a whole
+_DIGIT_RUN = re.compile(r"(?<![\w.$£€])\d+(?![\w%]|[.,]\d*%|\.\d)")
+
+
 def normalize(text: str, language: str = "en") -> str:
-    """Whisper's English normaliser for English, its basic normaliser otherwise."""
-    return _normalizer("en" if language == "en" else "other")(text)
+    """Whisper's English normaliser for English, its basic normaliser otherwise; then every
+    number is scored digit by digit.
+
+    Whisper writes a spoken digit string as "1,0001 90210" or "6, 9, 8." and its normaliser
+    turns number words into numbers ("six nine eight" -> "698") but groups them at random
+    ("one" alone stays a word, "0," is dropped): digits are spelled out before the normaliser
+    and every number after it is split into its digits, so "SIX NINE EIGHT" and "6, 9, 8."
+    both read "6 9 8" and a wrong digit is one error, not a whole number."""
+    if language != "en":
+        return _normalizer("other")(text)
+    spelled = _DIGIT_RUN.sub(lambda m: " ".join(_DIGITS[int(d)] for d in m.group()), text)
+    return " ".join(re.sub(r"(\d)", r" \1 ", _normalizer("en")(spelled)).split())
 
 
 def edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:

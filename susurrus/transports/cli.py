@@ -146,35 +146,56 @@ def _cmd_stream(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    try:
+        from susurrus.evaluation.data import read_items
+
+        items = read_items(args.inputs)
+    except (FileNotFoundError, ValueError, KeyError) as e:  # a missing path, a broken manifest line
+        print(f"susurrus bench: {e}", file=sys.stderr)
+        return 2
     import torch
 
     import susurrus
     from susurrus.evaluation import bench
-    from susurrus.evaluation.data import read_manifest
     from susurrus.streaming.session import stream_config
 
     torch.set_num_threads(args.threads or 1)
     model = susurrus.load_model(args.model, int8_output=args.int8_output)
-    items = [i for i in read_manifest(args.manifest) if i.language == args.language]
+    default_language = "en" if not model.is_multilingual else args.language
+    for item in items:  # unlabelled audio: the language asked for (or English for English-only models)
+        item.language = item.language or default_language or "en"
+    wanted = args.language or (None if model.is_multilingual else "en")  # English-only: English items
+    items = [i for i in items if wanted is None or i.language == wanted]
     if args.exclude_approximate:
         items = [i for i in items if not i.approximate]
     items = items[: args.limit] if args.limit else items
     if not items:
-        print(f"susurrus: no {args.language} items in {args.manifest}", file=sys.stderr)
+        print(f"susurrus bench: no {args.language or ''} items in {' '.join(args.inputs)}", file=sys.stderr)
         return 2
-    if args.sweep:
-        configs = [stream_config(p) for p in ("low", "medium", "high")]
-    else:
-        configs = [stream_config(args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
+    if not model.is_multilingual and any(i.language != "en" for i in items):
+        print(f"susurrus bench: {args.model} is English-only; pass --language en or a multilingual model",
+              file=sys.stderr)
+        return 2
+    presets = ["low", "medium", "high"] if args.sweep else (args.presets or "").split(",") if args.presets else [None]
+    try:
+        configs = [stream_config(p or args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
                                  commit_margin_ms=args.commit_margin_ms, policy=args.policy,
-                                 first_commit_ms=args.first_commit_ms)]
-    results = bench.run(model, items, configs)
+                                 first_commit_ms=args.first_commit_ms) for p in presets]
+    except ValueError as e:
+        print(f"susurrus bench: {e}", file=sys.stderr)
+        return 2
+    results = bench.run(model, items, configs, progress=sys.stderr.isatty(), detect_language=args.detect_language,
+                        offline_cache=args.offline_cache)
     audio = results[0].audio_s
-    print(f"\n{args.model}, {len(items)} {args.language} items, {audio:.1f} s of audio, "
-          f"{torch.get_num_threads()} thread(s); one padded 30 s encode: {results[0].full_encode_s * 1000:.0f} ms\n")
-    print(bench.HEADER)
-    for r in results:
-        print(r.row())
+    langs = ",".join(sorted({i.language for i in items}))
+    print(f"\n{args.model}, {len(items)} items ({langs}), {audio:.1f} s of audio, "
+          f"{torch.get_num_threads()} thread(s); one padded 30 s encode: {results[0].full_encode_s * 1000:.0f} ms; "
+          f"offline: greedy with temperature fallback; language "
+          f"{'detected' if args.detect_language and model.is_multilingual else 'given'}\n")
+    print(bench.report(results, worst=args.worst))
+    if args.json:
+        bench.write_json(results, args.json)
+        print(f"\nwrote {args.json}", file=sys.stderr)
     if args.plot:
         bench.plot(results, args.plot)
         print(f"\nwrote {args.plot}", file=sys.stderr)
@@ -295,21 +316,35 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no live display")
     s.set_defaults(func=_cmd_stream)
 
-    b = sub.add_parser("bench", help="measure streaming accuracy, latency and cost on a manifest",
-                       description="Stream every item of a manifest (JSON lines: id, audio, text, "
-                                   "language) in simulated real time and print WER beside the same "
-                                   "model offline, per-word latency, CPU cost and memory.")
-    b.add_argument("manifest", help="manifest.jsonl, or the folder that holds it")
+    b = sub.add_parser("bench", help="measure streaming accuracy, latency, cost and health on speech",
+                       description="Stream every item (a manifest: JSON lines with id, audio, text, language; "
+                                   "or plain audio files without references) in simulated real time and print "
+                                   "WER beside the same model offline (greedy with temperature fallback), the "
+                                   "stream's agreement with the offline text (no reference needed), per-word "
+                                   "latency, CPU cost and memory, loops, stalls and speech lost to the voice "
+                                   "activity gate; per condition and for the worst items.")
+    b.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="manifest.jsonl, a folder holding one, or audio files / folders of them (unlabelled)")
     b.add_argument("--model", default="tiny.en", help=MODEL_HELP)
     b.add_argument("--threads", type=int, default=1, help="CPU threads (default: %(default)s)")
     b.add_argument("--int8-output", action="store_true",
                    help="int8 weights for the vocabulary projection (faster, near-ties may flip)")
     _add_stream_args(b)
-    b.add_argument("--language", default="en", help="items of this language (default: %(default)s)")
+    b.add_argument("--language", default=None,
+                   help="only items of this language (default: all; English-only models take English items)")
+    b.add_argument("--detect-language", action="store_true",
+                   help="multilingual models: detect the language instead of giving the item's (offline and streaming)")
     b.add_argument("--exclude-approximate", action="store_true",
                    help="leave out items whose reference text is marked approximate")
     b.add_argument("--limit", type=int, default=None, help="first N items only")
     b.add_argument("--sweep", action="store_true", help="run the low, medium and high presets")
+    b.add_argument("--presets", default=None, metavar="LIST",
+                   help="run these presets, comma-separated (e.g. medium,high)")
+    b.add_argument("--offline-cache", default=None, metavar="FILE",
+                   help="keep the offline transcriptions in this JSON file between runs")
+    b.add_argument("--worst", type=int, default=10,
+                   help="list this many worst items per setting (default: %(default)s)")
+    b.add_argument("--json", default=None, help="write every item's texts and figures here (JSON)")
     b.add_argument("--plot", default=None, help="write a WER-versus-latency plot (PNG) here")
     b.set_defaults(func=_cmd_bench)
 

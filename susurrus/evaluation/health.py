@@ -1,0 +1,73 @@
+"""Stream health: loops, stalls, lost speech and agreement with the offline model.
+
+These need no reference transcript: they compare a stream with the same model's offline
+transcription of the same audio, so unlabelled recordings can be checked too.
+
+* :func:`longest_repetition` — the most times a phrase (1..``longest`` words) is committed
+  back to back ("1 1 1 1" is 4; a decoding loop).
+* :func:`commit_delays` — for each word the offline model heard, how long after its end the
+  stream first committed a word reaching that point of the audio: a stall shows as a long delay,
+  whether the stream's words are right or not.
+* :func:`lost_words` — offline words lying in audio the voice activity gate never let the
+  engine encode (``StreamSession.skipped``): speech the gate deleted.
+* :func:`agreement_error` — WER of the stream's text against the offline text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from susurrus.evaluation.metrics import error_counts
+
+
+class TimedWord(Protocol):
+    word: str
+    start: float
+    end: float
+
+
+def longest_repetition(words: Sequence[str], longest: int = 8) -> int:
+    """How many times in a row the most repeated phrase of 1..``longest`` words occurs
+    (1 when nothing repeats). Words are compared without case and punctuation (not with
+    Whisper's normaliser, which joins spoken digits: "1 1 1" would become one number)."""
+    tokens = [t for t in (w.strip().strip(".,;:!?\"'-…").lower() for w in " ".join(words).split()) if t]
+    best = 1 if tokens else 0
+    for n in range(1, longest + 1):
+        for start in range(len(tokens) - n):
+            count = 1
+            i = start + n
+            while i + n <= len(tokens) and tokens[i:i + n] == tokens[start:start + n]:
+                count += 1
+                i += n
+            best = max(best, count)
+    return best
+
+
+def commit_delays(stream_words: Sequence, offline_words: Sequence[TimedWord], audio_s: float,
+                  tolerance_s: float = 0.3) -> list[float]:
+    """Per offline word, seconds from its end until the stream committed a word ending at or
+    after it (less ``tolerance_s``); a stream that never does counts until the audio's end."""
+    ends = [(w.emitted_at, w.end) for w in stream_words]
+    delays = []
+    for w in offline_words:
+        reached = [emitted for emitted, end in ends if end >= w.end - tolerance_s]
+        delays.append(max(0.0, (min(reached) if reached else audio_s) - w.end))
+    return delays
+
+
+def lost_words(offline_words: Sequence[TimedWord], skipped: Sequence[tuple[float, float]],
+               share: float = 0.5) -> list[TimedWord]:
+    """Offline words of which at least ``share`` of the duration lies in ``skipped`` spans."""
+    out = []
+    for w in offline_words:
+        length = max(w.end - w.start, 1e-3)
+        inside = sum(max(0.0, min(w.end, b) - max(w.start, a)) for a, b in skipped)
+        if inside / length >= share:
+            out.append(w)
+    return out
+
+
+def agreement_error(offline_text: str, stream_text: str, language: str = "en") -> tuple[int, int]:
+    """(word errors, offline words) of the stream's text against the offline text."""
+    return error_counts(offline_text, stream_text, language)
