@@ -64,16 +64,21 @@ from susurrus.streaming.vad import (
     push_vad,
     speech_fraction,
     text_turn_silence_ms,
+    vad_probs,
 )
 
 FRAME_S = 0.02  # seconds per encoder frame
+RETRY_SPEECH_S = 0.5  # speech left after a window's last decode that makes it decode again
 UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # written without spaces between words
 
 
 @dataclass(frozen=True)
 class StreamConfig:
     chunk_ms: int = 640  # audio per step
-    lookahead_ms: int = 400  # encoder frames kept provisional (recomputed) at the edge
+    # encoder frames kept provisional at the edge: re-encoded at every step, in both directions
+    # with each other, so that a frame is final only once it has heard this much of what follows
+    # (offline, Whisper hears it all: with 400 ms, hard speech lost 10 WER points to offline)
+    lookahead_ms: int = 1500
     commit_margin_ms: int = 500  # AlignAtt: commit tokens attending this far before the edge
     policy: str = "alignatt"  # or "agreement" (commit what two consecutive steps agree on)
     eot_guard: bool = True  # refuse end-of-text while speech remains after the last token
@@ -86,10 +91,15 @@ class StreamConfig:
     confident_prob: float = 0.5  # tokens less likely than this need ...
     uncertain_margin_ms: int = 1500  # ... this margin instead (more right context to settle)
     first_margin_ms: int = 1000  # commit margin until the window's first commit (opening words need context)
+    opening_agreement: bool = True  # ... and two consecutive steps must agree on them
     interim_edge_ms: int = 200  # stop decoding at tokens read this close to the audio edge (they change)
     reread_frames: int = 25  # stop at a new word read this many encoder frames (20 ms) before the last one
     vad: bool = True  # Silero VAD: no compute in non-speech, no text over it
-    vad_threshold: float = 0.5  # a 32 ms frame is speech when its probability reaches this
+    vad_threshold: float = 0.5  # a 32 ms frame is speech when its probability reaches this (turns)
+    # ... and may be speech at this: the gate wakes and stays awake on such frames, and the guard
+    # counts them as speech. Silero gives whispered or creaky speech 0.15-0.5 where noise and
+    # music stay under 0.05 (docs/benchmarks.md): the gate saves compute, it must not delete words
+    wake_threshold: float = 0.15
     idle_after_ms: int = 1000  # no speech for this long: flush the window and stop computing
     resume_pad_ms: int = 500  # audio kept before speech that resumes after idling
     hallucination_guard: bool = True  # drop committed text over non-speech / known phrases over weak speech
@@ -110,14 +120,16 @@ class StreamConfig:
             raise ValueError(f"max_window_s must be within 5..28 s, not {self.max_window_s}")
         if not 0.0 < self.vad_threshold < 1.0:
             raise ValueError(f"vad_threshold must be within (0, 1), not {self.vad_threshold}")
+        if not 0.0 < self.wake_threshold < 1.0:
+            raise ValueError(f"wake_threshold must be within (0, 1), not {self.wake_threshold}")
         if self.idle_after_ms < 200:
             raise ValueError(f"idle_after_ms must be at least 200, not {self.idle_after_ms}")
 
 
 PRESETS: dict[str, StreamConfig] = {
-    "low": StreamConfig(chunk_ms=320, lookahead_ms=400, commit_margin_ms=500),
+    "low": StreamConfig(chunk_ms=320, lookahead_ms=1000, commit_margin_ms=500),
     "medium": StreamConfig(),
-    "high": StreamConfig(chunk_ms=960, lookahead_ms=600, commit_margin_ms=800),
+    "high": StreamConfig(chunk_ms=960, lookahead_ms=1500, commit_margin_ms=800),
 }
 
 
@@ -262,19 +274,24 @@ class StreamSession:
         self.turn_start_ms = 0  # audio_start_ms of the open turn
         self.turn_first_word = 0  # index in ``words`` of the open turn's first word
         self._pause: tuple[int, int | None] = (-1, None)  # (last speech frame, silence that ends the turn)
-        self.last_speech_ms: float | None = None  # end of the last VAD frame that was speech
+        self.last_speech_ms: float | None = None  # end of the last VAD frame that may be speech (the gate's)
         self.idle = config.vad  # computing nothing until speech (and again after long non-speech)
         self.idle_since_ms = 0.0  # when the stream last went idle: speech after it wakes it
         self.interim = ""  # the latest interim text
         self.previous: list[int] = []  # committed tokens of earlier windows (prompt context)
         self.words: list[StreamWord] = []  # every committed word
         self.dropped: list[StreamWord] = []  # words the hallucination guard refused
+        self.skipped: list[tuple[float, float]] = []  # audio (s) the VAD gate never let the engine encode
         self.samples_fed = 0
         self.samples_at_last_step = 0
         self.finished = False
         self.stats: list[StepStats] = []
         self._pieces: dict[int, str] = {}
         self._rules: LogitRules | None = None  # for the current prompt length
+        self._reset_prompt = False  # the next window starts without the text so far as its prompt
+        self._looping = False  # the last step's decoding looped: re-anchor without the prompt
+        self._retrying = False  # in a window's second last decode (:meth:`_retry_end`)
+        self._decode_looped = False  # (set by _decode)
 
     # ------------------------------------------------------------------ public API
 
@@ -343,7 +360,7 @@ class StreamSession:
     def _turn_events(self, probs: np.ndarray) -> list[Event]:
         cfg = self.config
         if len(probs):
-            speech = np.flatnonzero(probs >= cfg.vad_threshold)
+            speech = np.flatnonzero(probs >= min(cfg.wake_threshold, cfg.vad_threshold))
             if len(speech):
                 first = self.vad_state.frames_done - len(probs)
                 self.last_speech_ms = float((first + speech[-1] + 1) * FRAME_MS)
@@ -463,6 +480,10 @@ class StreamSession:
         keep = max(2, round(self.config.resume_pad_ms / 10)) // 2 * 2  # even: encoder frames are 2 mel frames
         if win.encoder is None and not win.committed and win.mel.shape[1] > keep:
             cut = win.mel.shape[1] - keep
+            a, b = win.start_frame / 100, (win.start_frame + cut) / 100
+            if self.skipped and abs(self.skipped[-1][1] - a) < 1e-6:
+                a = self.skipped.pop()[0]
+            self.skipped.append((a, b))
             self.window = WindowState(start_frame=win.start_frame + cut, mel=win.mel[:, cut:].clone())
 
     # ------------------------------------------------------------------ one step
@@ -477,11 +498,20 @@ class StreamSession:
         max_frames = int(cfg.max_window_s / FRAME_S)
         stalled = (win.committed and win.encoder is not None
                    and (win.encoder.frames - win.committed_end_frame) * FRAME_S > cfg.stall_s)
-        if not final and (win.mel.shape[1] // 2 > max_frames or stalled):
+        if not final and (win.mel.shape[1] // 2 > max_frames or stalled or self._looping):
             # full window, or nothing committed for a while after committed text the decoder
-            # keeps failing to continue: start afresh at the end of the last committed word
+            # keeps failing to continue, or a decoding loop: start afresh at the end of the last
+            # committed word (after a stall or a loop without the prompt: the text so far is
+            # what leads the decoder to repeat itself)
+            self._reset_prompt |= bool(stalled) or self._looping
+            self._looping = False
             self._reanchor()
             win = self.window
+        elif (not final and not win.committed and self.previous and win.encoder is not None
+              and win.encoder.frames * FRAME_S > cfg.stall_s):
+            # a window that commits nothing for a while: decode it again without the prompt
+            self.previous = []
+            win.prefix, win.last_hypothesis, self._rules = None, [], None
         before = win.encoder or EncoderState.empty(self.net)
         lookahead = max(0, round(cfg.lookahead_ms / 1000 / FRAME_S))
         enc = encode_step(self.net, before, win.mel, lookahead, final=final,
@@ -501,6 +531,9 @@ class StreamSession:
         # glitches past the audio edge: then decode past one such token and let it through
         relaxed = (enc.frames - win.committed_end_frame) * FRAME_S > cfg.commit_margin_ms / 1000 + 2.0
         tokens, frames, probs, qk, cache, following = self._decode(n_real, final, relaxed)
+        if self._decode_looped and (self.previous or win.committed):
+            self._looping = not final  # re-anchored without the prompt at the next step
+            self._reset_prompt |= final
         if final:
             n_commit = len(tokens)
         elif not win.committed and win.mel.shape[1] * 10 < cfg.first_commit_ms:
@@ -511,12 +544,22 @@ class StreamSession:
             n_commit = self._stable_count(tokens, frames, probs, n_real, relaxed)
         n_commit = self._word_boundary(tokens, n_commit, final, following)
         if n_commit:
-            words = self._words(tokens, n_commit, probs, qk, n_real)
+            words, ends = self._words(tokens, n_commit, probs, qk, n_real)
+            if final and words:  # the window's last words: one read in the silence after speech is invented
+                keep = self._heard(words)
+                if keep < len(words):
+                    self.dropped.extend(words[keep:])
+                    n_commit = ends[keep - 1] if keep else 0
+                    words = words[:keep]
             alone = not win.committed  # the window's first words: where invented phrases appear
-            if words and self._hallucinated(words, alone):
+            looped = bool(words) and _repeats_thrice([w.word for w in self.words[-24:]], [w.word for w in words])
+            if words and (looped or self._hallucinated(words, alone)):
                 # refused: not kept as a decoder prefix either (it would steer the rest of the
-                # window); the window restarts after the refused words, where they were read
+                # window); the window restarts after the refused words, where they were read.
+                # A phrase committed a third time in a row is a decoding loop, fed by the prompt
+                # (the text so far): the next window starts without it
                 self.dropped.extend(words)
+                self._reset_prompt |= looped
                 if not final:
                     self._reanchor()
                     self.interim = ""
@@ -537,7 +580,39 @@ class StreamSession:
             events.append(Interim(self.interim, self.audio_time))
         self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0, time.thread_time() - c0, encoded,
                                     len(tokens)))
+        if final and not self._retrying and self._speech_left() >= RETRY_SPEECH_S:
+            events.extend(self._retry_end())
         return events
+
+    def _speech_left(self) -> float:
+        """Seconds of possible speech (VAD frames at the wake threshold, or frames above the
+        noise floor without a VAD) in the window after its last committed word."""
+        win = self.window
+        start = (win.start_frame + 2 * win.committed_end_frame) / 100 if win.committed else win.start_frame / 100
+        if self.vad is not None:
+            _, p = vad_probs(self.vad_state, start * 1000, self.audio_time * 1000)
+            return float((p >= min(self.config.wake_threshold, self.config.vad_threshold)).sum()) * FRAME_MS / 1000
+        first = max(0, round((start - win.start_frame / 100) / FRAME_S))
+        return float(_speech_mask(win.mel, win.mel.shape[1] // 2)[first:].sum()) * FRAME_S
+
+    def _retry_end(self) -> list[Event]:
+        """A window's last decode stopped while speech remains after its last committed word
+        (the text so far led the decoder to end-of-text, or to read it again): decode that audio
+        once more as a window of its own after the committed words, the text so far as its
+        prompt, or without a prompt when nothing was committed in the window."""
+        win = self.window
+        if win.committed:
+            self._reanchor()
+        elif self.previous:
+            self.previous = []
+            win.prefix, win.last_hypothesis, self._rules = None, [], None
+        else:
+            return []
+        self._retrying = True
+        try:
+            return self._step(final=True)
+        finally:
+            self._retrying = False
 
     def _detect_language(self) -> LanguageDetected:
         """Pick the window's language as Whisper does offline: from the decoder's first
@@ -569,8 +644,24 @@ class StreamSession:
         fraction = None
         if self.vad is not None:
             fraction = speech_fraction(self.vad_state, words[0].start * 1000, words[-1].end * 1000,
-                                       threshold=self.config.vad_threshold, pad_ms=300)
+                                       threshold=min(self.config.wake_threshold, self.config.vad_threshold),
+                                       pad_ms=300)
         return hallucination_verdict(text, fraction).drop
+
+    def _heard(self, words: list[StreamWord]) -> int:
+        """How many of ``words`` to keep at a window's end: all but the trailing ones over audio
+        the VAD calls non-speech (under 20 % of the frames within 300 ms may be speech)."""
+        if not self.config.hallucination_guard or self.vad is None:
+            return len(words)
+        keep = len(words)
+        threshold = min(self.config.wake_threshold, self.config.vad_threshold)
+        while keep > 0:
+            w = words[keep - 1]
+            fraction = speech_fraction(self.vad_state, w.start * 1000, w.end * 1000, threshold=threshold, pad_ms=300)
+            if fraction is None or fraction >= 0.2:
+                break
+            keep -= 1
+        return keep
 
     def _update_cross(self, before: EncoderState, enc: EncoderState) -> None:
         start = before.finalized
@@ -627,6 +718,7 @@ class StreamSession:
         edge = round(cfg.interim_edge_ms / 1000 / FRAME_S)
         aligned = cfg.task == "transcribe"
         following = None  # the token predicted after the last one kept (it tells if a word ended)
+        self._decode_looped = False
         i = 0  # position in the current hidden/qk that predicts the next token
         while len(tokens) < limit:
             row = approx[i].clone()
@@ -661,6 +753,7 @@ class StreamSession:
             elif final and frame >= n_real + 10 and self._starts_word(nxt):
                 break  # at the end too, a new word read in the silence after the audio is invented
             if _repeats_third_time(seq + [nxt]):
+                self._decode_looped = True
                 break  # a phrase about to be said a third time in a row: a decoding loop
             if aligned and not relaxed and self._starts_word(nxt) and (
                     frame <= forced or frame < max(frames, default=frame) - cfg.reread_frames
@@ -710,6 +803,13 @@ class StreamSession:
             while agreed < len(tokens) and agreed < len(prev) and tokens[agreed] == prev[agreed]:
                 agreed += 1
             margin //= 2
+        elif not self.window.committed and cfg.opening_agreement:
+            # a window's opening words are read without left context, where Whisper guesses:
+            # they must also be what the previous step decoded (LocalAgreement) to commit
+            prev = self.window.last_hypothesis
+            agreed = 0
+            while agreed < len(tokens) and agreed < len(prev) and tokens[agreed] == prev[agreed]:
+                agreed += 1
         edge = n_real - round(margin / 1000 / FRAME_S)
         far_edge = n_real - round(max(margin, cfg.uncertain_margin_ms) / 1000 / FRAME_S)
         n = 0
@@ -749,10 +849,11 @@ class StreamSession:
         return piece.startswith(" ")
 
     def _words(self, tokens: list[int], n_commit: int, probs: list[float], qk: torch.Tensor,
-               n_real: int) -> list[StreamWord]:
-        """Times of the first ``n_commit`` tokens' words, from a DTW over this step's tokens
-        (the uncommitted ones absorb the audio after them) from the last committed word's end
-        to the audio edge, refined at pauses with the window's energy as offline."""
+               n_real: int) -> tuple[list[StreamWord], list[int]]:
+        """Times of the first ``n_commit`` tokens' words (and, per word, the tokens up to its
+        end), from a DTW over this step's tokens (the uncommitted ones absorb the audio after
+        them) from the last committed word's end to the audio edge, refined at pauses with the
+        window's energy as offline."""
         tok = self.tokenizer
         f0 = max(0, min(self.window.committed_end_frame, n_real - 1))
         weights = qk[:, :, f0:n_real]  # (heads, tokens, frames)
@@ -784,6 +885,7 @@ class StreamSession:
         offset = self.window.start_frame / 100.0
         emitted = round(self.audio_time, 3)
         out: list[StreamWord] = []
+        ends: list[int] = []
         taken = 0
         for t in timings:
             if taken >= n_commit:
@@ -791,6 +893,7 @@ class StreamSession:
             taken += len(t.tokens)
             if not t.word:
                 continue
+            ends.append(taken)
             start, end = offset + t.start, offset + t.end
             if self.words and start < self.words[-1].end:
                 start = self.words[-1].end
@@ -800,7 +903,7 @@ class StreamSession:
                                   round(t.probability, 4)))
         if out:
             self.window.committed_end_frame = int(round((out[-1].end - offset) / FRAME_S))
-        return out
+        return out, ends
 
     def _reanchor(self, at_end: bool = False) -> None:
         """Start a new window at the end of the last committed word (or drop old audio when
@@ -816,6 +919,8 @@ class StreamSession:
         cut_mel = 2 * cut
         self.previous.extend(win.committed)
         self.previous = self.previous[-self.config.context_tokens * 2:]
+        if self._reset_prompt:  # after a loop or a stall
+            self.previous, self._reset_prompt = [], False
         self.window = WindowState(start_frame=win.start_frame + cut_mel, mel=win.mel[:, cut_mel:].clone())
         self.cross.restore(0)
 
@@ -824,6 +929,17 @@ def _repeats_third_time(seq: list[int], longest: int = 12) -> bool:
     """Whether ``seq`` ends with some 1..longest-token phrase three times back to back."""
     for n in range(1, longest + 1):
         if len(seq) >= 3 * n and seq[-n:] == seq[-2 * n:-n] == seq[-3 * n:-2 * n]:
+            return True
+    return False
+
+
+def _repeats_thrice(before: list[str], new: list[str], longest: int = 8) -> bool:
+    """Whether the words ``new`` complete some 1..``longest``-word phrase said three times in
+    a row at the end of ``before + new`` (words compared without case and punctuation)."""
+    words = [w.strip().strip(".,;:!?\"'-").lower() for w in before + new]
+    words = [w for w in words if w]
+    for n in range(1, longest + 1):
+        if len(words) >= 3 * n and words[-n:] == words[-2 * n:-n] == words[-3 * n:-2 * n]:
             return True
     return False
 
