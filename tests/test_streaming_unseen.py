@@ -86,12 +86,13 @@ def test_a_poisoned_prompt_is_recovered_from(tiny, dev_item):
     assert longest_repetition([w.word for w in stream.words]) <= 2
 
 
-def test_offline_sampling_fallback_does_not_run_past_the_text_context(tiny):
-    """With best_of > 1 a sample that ended early stopped counting the length: the others
-    decoded past 448 positions and an empty slice crashed (IndexError in _sample)."""
+def test_offline_sampling_does_not_run_past_the_text_context(tiny):
+    """With best_of > 1 the sampler counted the first sample's length only: a sample that ended
+    early let the others run past the decoder's 448 positions and an empty slice crashed
+    (IndexError in _sample; ``susurrus transcribe speechocean762_096350008.wav`` at its
+    fallback temperature 0.4, seeded, so this fails without the fix)."""
     path = DATA / "hard" / "audio" / "speechocean762_096350008.wav"
     if not path.exists():
         pytest.skip(f"real speech data absent: {path}")
-    segments, _ = tiny.transcribe(str(path), beam_size=1)
-    text = " ".join(s.text for s in segments)
-    assert text.strip()
+    segments, _ = tiny.transcribe(str(path), beam_size=1, temperature=(0.4,))
+    assert " ".join(s.text for s in segments).strip()
