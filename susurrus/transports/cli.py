@@ -184,8 +184,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     import susurrus
     from susurrus.transports.realtime import Limits
-    from susurrus.transports.server import serve
+    from susurrus.transports.server import listen_socket, serve
 
+    try:
+        sock = listen_socket(args.host, args.port)  # a busy port fails now, before anything is announced
+    except OSError as err:
+        print(f"susurrus serve: {err.strerror or err}", file=sys.stderr)
+        return 2
     # with worker processes the server's own copy only names the model (it is checked to load here,
     # once, before the workers load it again with --threads each, 1 by default)
     model = susurrus.load_model(args.model, threads=args.threads if args.workers == 0 else None,
@@ -196,7 +201,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     print(f"susurrus: demo at http://{shown}:{args.port}/ , OpenAI Realtime transcription at "
           f"ws://{shown}:{args.port}/v1/realtime", file=sys.stderr)
     serve(model, args.host, args.port, limits=limits, api_key=args.api_key, workers=args.workers,
-          threads=args.threads, log_level=args.log_level)
+          threads=args.threads, log_level=args.log_level, sock=sock)
     return 0
 
 
@@ -334,8 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--max-message-kb", type=int, default=1024,
                    help="largest client message in KiB (default: %(default)s)")
     v.add_argument("--max-buffered-s", type=float, default=20.0,
-                   help="audio per session accepted but not yet transcribed, in seconds; an append beyond it "
-                        "is rejected with an error (default: %(default)s)")
+                   help="audio per session accepted but not yet transcribed, in seconds; at this much the "
+                        "server stops reading the connection until the model catches up, so TCP slows a fast "
+                        "sender down (flow control: no audio is refused) (default: %(default)s)")
     v.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     v.set_defaults(func=_cmd_serve)
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
+import socket
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -148,6 +150,8 @@ async def _run_session(ws: WebSocket, state: ServerState, subprotocol: str | Non
             await ws.send_text(json.dumps(event))
 
     inflight: Future | None = None  # the work running now, in the pool
+    room = asyncio.Event()  # set when the session may read the next message (flow control)
+    room.set()
 
     async def work_loop() -> None:
         nonlocal inflight
@@ -155,6 +159,8 @@ async def _run_session(ws: WebSocket, state: ServerState, subprotocol: str | Non
             inflight = state.pool.submit(transcriber.run, work)
             result = await asyncio.wrap_future(inflight)
             session.done(work)
+            if session.has_room:
+                room.set()
             queue(result.events, [])
             for signal in result.signals:
                 queue(*session.turn(signal))
@@ -164,6 +170,16 @@ async def _run_session(ws: WebSocket, state: ServerState, subprotocol: str | Non
     queue(session.opening_events(), [])
     try:
         while True:
+            if not session.has_room:
+                # flow control: too much accepted audio awaits the model, so the next message is
+                # not read until it catches up; unread, the socket's buffers fill and TCP slows the
+                # sender down (no append is ever refused)
+                room.clear()
+                waiter = asyncio.ensure_future(room.wait())
+                await asyncio.wait([waiter, worker, sender], return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if worker.done() or sender.done():
+                    break
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
                 break
@@ -263,23 +279,58 @@ def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None 
     return app
 
 
+# the kernel's receive buffer of each connection (Linux doubles it): small, so that a client sending
+# faster than the model keeps up meets flow control after little unread audio (on loopback the
+# autotuned buffer grows to megabytes: a minute of audio its keepalive pings would wait behind)
+RECEIVE_BUFFER_BYTES = 256 * 1024
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0: a free port), bound before anything is announced,
+    so a busy port fails here, with a clear :class:`OSError`, not after the server says it runs."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as err:
+        raise OSError(f"cannot listen on {host}:{port}: unknown host ({err.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)  # accepted sockets inherit it
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as err:
+        sock.close()
+        reason = "the port is in use (another server?)" if err.errno == errno.EADDRINUSE else err.strerror
+        raise OSError(err.errno, f"cannot listen on {host}:{port}: {reason}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_level: str = "info") -> Any:
     import uvicorn
 
     # messages up to 4x the limit get a clear error event and the session goes on; beyond that
-    # the WebSocket layer closes the connection (1009) before the message is read
+    # the WebSocket layer closes the connection (1009) before the message is read.
+    # Keepalive pings every 20 s, but no pong deadline: a client the server slows down (it stops
+    # reading while the model catches up) answers only once its queued audio has been read, which
+    # may take longer than any fixed deadline; a vanished client is still found by TCP, whose
+    # retransmissions of the pings fail.
     return uvicorn.Config(app, host=host, port=port, ws="websockets-sansio", lifespan="on",
-                          ws_max_size=4 * limits.max_message_bytes, log_level=log_level)
+                          ws_max_size=4 * limits.max_message_bytes, ws_ping_interval=20.0, ws_ping_timeout=None,
+                          log_level=log_level)
 
 
 def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, *, limits: Limits | None = None,
           api_key: str | None = None, workers: int | None = None, threads: int | None = None,
-          log_level: str = "info") -> None:
+          log_level: str = "info", sock: socket.socket | None = None) -> None:
+    """Run the server until interrupted; ``sock``: one from :func:`listen_socket` (made here when not given)."""
     import uvicorn
 
     limits = limits or Limits()
+    sock = sock or listen_socket(host, port)
     app = create_app(model, limits=limits, api_key=api_key, workers=workers, threads=threads)
-    uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run()
+    uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run(sockets=[sock])
 
 
 class BackgroundServer:
@@ -290,19 +341,15 @@ class BackgroundServer:
     """
 
     def __init__(self, model: Any, host: str = "127.0.0.1", port: int = 0, **options: Any):
-        import socket
-
         import uvicorn
 
         limits = options.pop("limits", Limits())
+        self.sock = listen_socket(host, port)
+        self.host, self.port = host, self.sock.getsockname()[1]
         self.app = create_app(model, limits=limits, **options)
-        if port == 0:
-            with socket.socket() as s:
-                s.bind((host, 0))
-                port = s.getsockname()[1]
-        self.host, self.port = host, port
-        self.server = uvicorn.Server(uvicorn_config(self.app, host, port, limits, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, name="susurrus-server", daemon=True)
+        self.server = uvicorn.Server(uvicorn_config(self.app, host, self.port, limits, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       name="susurrus-server", daemon=True)
 
     @property
     def state(self) -> ServerState:
@@ -330,6 +377,7 @@ class BackgroundServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        self.sock.close()
 
     def __enter__(self) -> BackgroundServer:
         return self.start()
