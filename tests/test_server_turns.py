@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -216,7 +217,11 @@ def test_semantic_vad_and_the_client_command(server, speech, tmp_path, capsys):
     out = capsys.readouterr()
     lines = out.out.strip().splitlines()
     assert len(lines) == len(segments), out
-    assert corpus_error_rate([(s["text"], line) for s, line in zip(segments, lines)]) <= 10.0
+    spans = [re.match(r"\[\s*(\d+\.\d\d) ->\s*(\d+\.\d\d)\] (.+)$", line) for line in lines]
+    assert all(spans), lines  # each turn with its span in seconds of the stream, as `stream --turns` prints
+    for span, seg in zip(spans, segments):
+        assert float(span[1]) <= seg["start_s"] + 0.3 and 0.0 <= float(span[2]) - seg["end_s"] <= 0.6
+    assert corpus_error_rate([(s["text"], span[3]) for s, span in zip(segments, spans)]) <= 10.0
     assert "error" not in out.err
 
 

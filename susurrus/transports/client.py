@@ -90,7 +90,7 @@ def load_file(path: str, rate: int) -> np.ndarray:
     try:
         audio = decode_audio(path, sampling_rate=rate)
     except (OSError, ValueError) as err:
-        raise ClientError(f"{path}: {err}") from None
+        raise ClientError(str(err) if path in str(err) else f"{path}: {err}") from None
     if not len(audio):
         raise ClientError(f"{path}: the file holds no audio")
     return to_pcm16(audio)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import os
 import socket
@@ -37,6 +36,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from susurrus.transports.listen import listen_socket
 from susurrus.transports.realtime import (
     INVALID_API_KEY,
     SESSION_LIMIT,
@@ -277,34 +277,6 @@ def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None 
     app.state.susurrus = ServerState(model=model, limits=limits, api_key=api_key, pool=pool, metrics=counters,
                                      extensions=extensions, workers=worker_pool)
     return app
-
-
-# the kernel's receive buffer of each connection (Linux doubles it): small, so that a client sending
-# faster than the model keeps up meets flow control after little unread audio (on loopback the
-# autotuned buffer grows to megabytes: a minute of audio its keepalive pings would wait behind)
-RECEIVE_BUFFER_BYTES = 256 * 1024
-
-
-def listen_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (0: a free port), bound before anything is announced,
-    so a busy port fails here, with a clear :class:`OSError`, not after the server says it runs."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
-    except socket.gaierror as err:
-        raise OSError(f"cannot listen on {host}:{port}: unknown host ({err.strerror})") from None
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)  # accepted sockets inherit it
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as err:
-        sock.close()
-        reason = "the port is in use (another server?)" if err.errno == errno.EADDRINUSE else err.strerror
-        raise OSError(err.errno, f"cannot listen on {host}:{port}: {reason}") from None
-    sock.set_inheritable(True)
-    return sock
 
 
 def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_level: str = "info") -> Any:
