@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile as sf
-from server_helpers import Conn, pcm16_at, update_event
+from server_helpers import SDK_WEBSOCKET_OPTIONS, Conn, pcm16_at, update_event
 
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation import signals
@@ -117,7 +117,8 @@ def test_openai_sdk_receives_server_vad_turns(server, speech):
     client = openai.OpenAI(api_key="any-key", base_url=f"{server.http_url}/v1",
                            websocket_base_url=f"ws://{server.host}:{server.port}/v1", max_retries=0)
     events = []
-    with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+    with client.realtime.connect(extra_query={"intent": "transcription"},
+                                 websocket_connection_options=SDK_WEBSOCKET_OPTIONS) as conn:
         conn.session.update(session={
             "type": "transcription",
             "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
