@@ -14,9 +14,9 @@ from pathlib import Path
 from susurrus.transports.cli_args import UsageError, float_range, int_range, language_arg
 from susurrus.transports.writers import WRITERS, format_timestamp, write_result
 
-THREADS_HELP = ("torch threads (default: %(default)s: one thread was 2x faster than all cores on a "
-                "2-core machine shared with other work, idle or loaded (docs/benchmarks.md); try more "
-                "on an idle many-core machine)")
+THREADS_HELP = ("torch threads (default: %(default)s: one thread was 2-5x faster than all cores on a "
+                "2-core machine shared with other work, with or without one more busy core "
+                "(docs/benchmarks.md); try more on an idle many-core machine)")
 
 MODEL_HELP = ("model: an embedded name (tiny.en, base), a CTranslate2 directory, a Hugging Face "
               "checkpoint directory or cached repo id (openai/whisper-small), or an OpenAI .pt file; "
@@ -43,7 +43,7 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
     import susurrus
 
     model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
-    check_model_options(model, args.language, args.task, "transcribe")
+    check_model_options(model, args.language, args.task)
     status = 0
     for path in args.files:
         try:

@@ -55,7 +55,7 @@ def language_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def check_model_options(model: Any, language: str | None, task: str | None, command: str) -> None:
+def check_model_options(model: Any, language: str | None, task: str | None) -> None:
     """Refuse what the loaded model cannot do: a language other than English, or translation, on an
     English-only model; a language the multilingual model's tokenizer lacks."""
     if not model.is_multilingual:

@@ -94,7 +94,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     import susurrus
 
     model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
-    check_model_options(model, args.language, args.task, "stream")
+    check_model_options(model, args.language, args.task)
     stream = model.stream(args.latency, **settings)
     block = config.chunk_ms * 16
     with Interrupt() as interrupt:

@@ -155,6 +155,7 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
     printer = LiveDisplay(out, True, turns)
     status = 0
     errors = 0  # error events: each may mean audio the server did not take
+    refused = False  # the server refused the session (API key, session limit): nothing was transcribed
     async with websockets.connect(url, additional_headers=headers, max_size=None) as ws:
         sock = ws.transport.get_extra_info("socket")
         if sock is not None:  # little unsent audio queued in the kernel: pings get through under flow control
@@ -169,7 +170,7 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
                 await receive_events()
 
         async def receive_events() -> None:
-            nonlocal status, errors
+            nonlocal status, errors, refused
             async for message in ws:
                 event = json.loads(message)
                 kind = event.get("type")
@@ -206,6 +207,7 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
                     if errors <= 5:
                         print(f"susurrus client: server error {e.get('code')}: {e.get('message')}", file=err)
                     if e.get("code") in ("invalid_api_key", "session_limit_reached"):
+                        refused = True
                         done.set()
                 elif kind == "susurrus.warning":
                     print(f"susurrus client: {event.get('message')}", file=err)
@@ -238,6 +240,7 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
         receiver.cancel()
     if errors:
         status = 1
+    if errors and not refused:
         print(f"susurrus client: the server reported {errors} error(s) (the first 5 are shown above); "
               "the transcript may be incomplete", file=err)
     return status

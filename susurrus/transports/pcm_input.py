@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
@@ -121,4 +121,4 @@ def read_pcm(source: BinaryIO, declared: PcmFormat, block_samples: int, *, expli
 
 
 def declared_format(sample: str, rate: int, channels: int) -> PcmFormat:
-    return replace(PcmFormat(), sample=sample, rate=rate, channels=channels)
+    return PcmFormat(sample, rate, channels)
