@@ -1,9 +1,41 @@
-"""susurrus: live speech-to-text with Whisper, incremental from the audio up."""
+"""susurrus: live speech-to-text with Whisper, incremental from the audio up.
 
-from susurrus.api import WhisperModel, load_model
-from susurrus.streaming.session import Committed, Interim, StreamConfig, StreamSession, StreamWord
-from susurrus.types import Segment, TranscriptionInfo, Word
+The names below are imported on first use (PEP 562), so ``import susurrus`` and the command
+line's ``--help`` do not pay for PyTorch until a model is needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from susurrus.api import WhisperModel, load_model
+    from susurrus.streaming.session import Committed, Interim, StreamConfig, StreamSession, StreamWord
+    from susurrus.types import Segment, TranscriptionInfo, Word
+
+__version__ = "0.1.0"
+
+_WHERE = {
+    "WhisperModel": "susurrus.api", "load_model": "susurrus.api",
+    "Committed": "susurrus.streaming.session", "Interim": "susurrus.streaming.session",
+    "StreamConfig": "susurrus.streaming.session", "StreamSession": "susurrus.streaming.session",
+    "StreamWord": "susurrus.streaming.session",
+    "Segment": "susurrus.types", "TranscriptionInfo": "susurrus.types", "Word": "susurrus.types",
+}
 
 __all__ = ["Committed", "Interim", "Segment", "StreamConfig", "StreamSession", "StreamWord", "TranscriptionInfo",
            "Word", "WhisperModel", "load_model"]
-__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'susurrus' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

@@ -69,8 +69,10 @@ class WhisperModel:
                lookahead_ms: int | None = None, commit_margin_ms: int | None = None,
                policy: str | None = None, first_commit_ms: int | None = None, language: str | None = None,
                task: str | None = None, **settings: Any) -> StreamSession:
-        """Open a live stream: ``events = stream.feed(pcm)`` as audio arrives (16 kHz mono,
-        float32 or int16), ``stream.finish()`` at the end. Events are
+        """Open a live stream: ``for event in stream.events(blocks)`` feeds every block (16 kHz
+        mono, float32 or int16) and finishes the stream when they run out, the last words
+        included; by hand, ``events = stream.feed(pcm)`` as audio arrives and ``stream.finish()``
+        at the end (its events hold the last words). Events are
         :class:`~susurrus.streaming.session.Interim` (the current guess, replaced by the next)
         and :class:`~susurrus.streaming.session.Committed` (final words with start, end and
         ``emitted_at``). ``latency`` picks a preset (low, medium, high); explicit settings

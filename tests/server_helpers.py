@@ -9,11 +9,18 @@ import urllib.request
 from typing import Any
 
 import numpy as np
+from websockets import __version__ as websockets_version
 from websockets.sync.client import ClientConnection, connect
 
 from susurrus.audio.io import resample
 from susurrus.audio.resampler import StreamResampler
 from susurrus.transports.client import append_event, session_update, to_pcm16
+
+# Options for the OpenAI SDK's realtime connect(): the SDK opens its websockets connection with a
+# plain connect() call, which websockets 17.1 deprecated outside a `with` block unless asked for
+# with legacy=True (older versions do not know the flag, and did not warn).
+SDK_WEBSOCKET_OPTIONS: dict[str, Any] = (
+    {"legacy": True} if tuple(int(x) for x in websockets_version.split(".")[:2]) >= (17, 1) else {})
 
 
 class Conn:

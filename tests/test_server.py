@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from server_helpers import Conn, metrics, pcm16_at, server_samples, stream_text, update_event
+from server_helpers import SDK_WEBSOCKET_OPTIONS, Conn, metrics, pcm16_at, server_samples, stream_text, update_event
 
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation.metrics import corpus_error_rate
@@ -35,7 +35,8 @@ def test_openai_sdk_streams_a_recording_and_gets_what_susurrus_stream_gives(serv
     pcm = pcm16_at(audio, rate)
     client = _sdk_client(server)
     events = []
-    with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+    with client.realtime.connect(extra_query={"intent": "transcription"},
+                                 websocket_connection_options=SDK_WEBSOCKET_OPTIONS) as conn:
         conn.session.update(session={
             "type": "transcription",
             "audio": {"input": {"format": {"type": "audio/pcm", "rate": rate}, "turn_detection": None,

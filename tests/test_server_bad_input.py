@@ -161,22 +161,18 @@ def test_oversized_message(server, short):
     serves_a_new_session(server)
 
 
-def test_too_much_buffered_audio_rejects_the_append_and_keeps_earlier_audio(guarded_server, tiny, short):
-    """2 s of unprocessed audio at most: a burst of ~3.6 s gets some appends rejected (named by
-    their event ids); the commit transcribes exactly the accepted ones."""
+def test_a_burst_past_the_buffer_limit_is_slowed_down_not_refused(guarded_server, tiny, short):
+    """2 s of unprocessed audio at most: a burst of ~3.6 s sent at once is read only as the model
+    catches up (flow control); nothing is refused and the commit transcribes all of it."""
     pcm, _ = short
     burst = np.concatenate([pcm, pcm])
     with Conn(guarded_server.url, additional_headers=KEY) as c:
         c.until("session.created")
-        ids = c.append(burst, 2400, "burst")
+        c.append(burst, 2400, "burst")
         c.send({"type": "input_audio_buffer.commit"})
         done = c.until(COMPLETED)
-        rejected = {e["event_id"] for e in c.errors() if e["code"] == "input_audio_buffer_full"}
-        assert rejected, "the burst should pass the 2 s limit"
-        assert all("rejected" in e["message"] for e in c.errors())
-        accepted = [burst[i * 2400:(i + 1) * 2400] for i, eid in enumerate(ids) if eid not in rejected]
-        assert len(accepted) >= 2.0 * 24000 / 2400 - 1
-        assert done["transcript"] == stream_text(tiny, server_samples(np.concatenate(accepted), 24000))
+        assert not c.errors()
+        assert done["transcript"] == stream_text(tiny, server_samples(burst, 24000))
     serves_a_new_session(guarded_server, KEY)
 
 

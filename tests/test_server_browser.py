@@ -140,3 +140,38 @@ def test_browser_demo_with_turn_detection_shows_each_turn_as_a_paragraph(server,
     assert status == "Done."
     assert len(paragraphs) == 3
     assert corpus_error_rate(list(zip(texts, paragraphs))) <= 15.0
+
+
+@pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
+                    reason="headless Chromium not installed (apt-get install chromium chromium-driver; .ci/run does)")
+def test_browser_demo_keeps_an_api_key_error_on_screen(guarded_server, dev_item, tmp_path):
+    """A server with an API key: Start without a key, then with a wrong one. Each time the refusal
+    stays on the page (idle, in red) once the page is done starting, instead of flashing before
+    'Listening…'; the right key then streams."""
+    pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.common.by import By
+
+    wav = tmp_path / "mic.wav"
+    sf.write(wav, decode_audio(dev_item(CLIP).audio), 16000, subtype="PCM_16")
+    driver = _chromium(wav)
+    try:
+        driver.get(f"{guarded_server.http_url}/")
+        body = driver.find_element(By.TAG_NAME, "body")
+        status = driver.find_element(By.ID, "status")
+        key = driver.find_element(By.ID, "apikey")
+        seen = []
+        for n, typed in enumerate(["", "wrong-key", "test-key"], start=1):
+            key.clear()
+            key.send_keys(typed)
+            driver.find_element(By.ID, "start").click()
+            _wait(lambda n=n: body.get_attribute("data-begun") == str(n), 30, "the start to settle")
+            seen.append((body.get_attribute("data-state"), status.text, "error" in status.get_attribute("class"),
+                         driver.find_element(By.ID, "start").is_enabled()))
+        driver.find_element(By.ID, "stop").click()
+        _wait(lambda: body.get_attribute("data-state") == "idle", 60, "the session to end")
+    finally:
+        driver.quit()
+    for state, text, red, can_retry in seen[:2]:
+        assert state == "idle" and red and can_retry, seen
+        assert text.startswith("Server error (invalid_api_key)"), seen
+    assert seen[2][0] == "live" and not seen[2][2] and seen[2][1].startswith("Listening"), seen

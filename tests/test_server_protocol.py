@@ -53,17 +53,22 @@ def test_update_is_all_or_nothing_and_language_is_checked_against_the_model():
     assert events[0]["error"]["code"] == "invalid_value" and "chunk_ms" in events[0]["error"]["message"]
 
 
-def test_backpressure_counts_accepted_audio_until_the_worker_is_done():
+def test_flow_control_counts_accepted_audio_until_the_worker_is_done():
+    """At the limit the session asks the server to stop reading (``has_room``), and never
+    refuses an append: the one read past the limit is taken like any other."""
     session = _session(max_buffered_s=1.0)
     second = np.zeros(12000, np.int16)  # 0.5 s at 24 kHz
     _, works = _send(session, append_event(second))
+    assert session.has_room
     _, more = _send(session, append_event(second))
-    events, none = _send(session, append_event(second, "third"))
-    assert len(works) == len(more) == 1 and not none
-    assert events[0]["error"]["code"] == "input_audio_buffer_full" and events[0]["error"]["event_id"] == "third"
+    assert not session.has_room  # 1 s awaits the model: the server reads no further
+    events, third = _send(session, append_event(second, "third"))
+    assert not events and len(works) == len(more) == len(third) == 1
     session.done(works[0])  # the worker transcribed the first half second
-    _, again = _send(session, append_event(second))
-    assert len(again) == 1 and session.item is not None and session.item.accepted_samples == 3 * 12000
+    assert not session.has_room
+    session.done(more[0])
+    assert session.has_room
+    assert session.item is not None and session.item.accepted_samples == 3 * 12000
 
 
 def test_a_turn_signal_with_commit_ends_the_item_as_a_client_commit_would(tiny):

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 import pytest
 import soundfile as sf
-from server_helpers import Conn, pcm16_at, update_event
+from server_helpers import SDK_WEBSOCKET_OPTIONS, Conn, pcm16_at, update_event
 
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation import signals
@@ -116,7 +117,8 @@ def test_openai_sdk_receives_server_vad_turns(server, speech):
     client = openai.OpenAI(api_key="any-key", base_url=f"{server.http_url}/v1",
                            websocket_base_url=f"ws://{server.host}:{server.port}/v1", max_retries=0)
     events = []
-    with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+    with client.realtime.connect(extra_query={"intent": "transcription"},
+                                 websocket_connection_options=SDK_WEBSOCKET_OPTIONS) as conn:
         conn.session.update(session={
             "type": "transcription",
             "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
@@ -216,7 +218,11 @@ def test_semantic_vad_and_the_client_command(server, speech, tmp_path, capsys):
     out = capsys.readouterr()
     lines = out.out.strip().splitlines()
     assert len(lines) == len(segments), out
-    assert corpus_error_rate([(s["text"], line) for s, line in zip(segments, lines)]) <= 10.0
+    spans = [re.match(r"\[\s*(\d+\.\d\d) ->\s*(\d+\.\d\d)\] (.+)$", line) for line in lines]
+    assert all(spans), lines  # each turn with its span in seconds of the stream, as `stream --turns` prints
+    for span, seg in zip(spans, segments):
+        assert float(span[1]) <= seg["start_s"] + 0.3 and 0.0 <= float(span[2]) - seg["end_s"] <= 0.6
+    assert corpus_error_rate([(s["text"], span[3]) for s, span in zip(segments, spans)]) <= 10.0
     assert "error" not in out.err
 
 

@@ -165,6 +165,9 @@ def test_turn_semantics_on_synthetic_probabilities():
     ev = push_turn(TurnState(), p, silence_duration_ms=250)
     assert [type(e) for e in ev] == [SpeechStarted, SpeechStopped, SpeechStarted, SpeechStopped]
     assert ev[1] == SpeechStopped(10 * 32 + 8 * 32, 10 * 32)
+    # the next turn's 300 ms of padding would reach back to 500 ms, into the turn that ended at
+    # 576 ms: turns never overlap, so it starts there
+    assert ev[2] == SpeechStarted(576, 25 * 32)
     # min_speech_ms: an isolated one-frame blip starts no turn; the onset is still the first frame
     blip = np.array([0.0] * 20 + [0.9] + [0.0] * 20 + [0.9] * 4 + [0.0] * 20, dtype=np.float32)
     assert len(push_turn(TurnState(), blip)) == 4

@@ -145,11 +145,19 @@ def transcribe(net: Whisper, tokenizer: Tokenizer, audio: np.ndarray,
     info = TranscriptionInfo(language=language, language_probability=language_prob,
                              duration=duration, task=opts.task if net.is_multilingual else "transcribe",
                              all_language_probs=all_probs)
-    return _segments(net, tokenizer, mel, content_frames, opts, first_features), info
+    return _segments(net, tokenizer, mel, content_frames, opts, first_features, duration), info
+
+
+def _clamped(words: list[Word] | None, limit: float) -> list[Word] | None:
+    """Words with no time past ``limit`` (the end of the audio the window held)."""
+    if words is None:
+        return None
+    return [w if w.end <= limit else replace(w, start=min(w.start, limit), end=limit) for w in words]
 
 
 def _segments(net: Whisper, tokenizer: Tokenizer, mel: torch.Tensor, content_frames: int,
-              opts: TranscribeOptions, first_features: torch.Tensor | None) -> Iterator[Segment]:
+              opts: TranscribeOptions, first_features: torch.Tensor | None,
+              duration: float) -> Iterator[Segment]:
     all_tokens: list[int] = []
     if opts.initial_prompt:
         all_tokens.extend(tokenizer.encode(" " + opts.initial_prompt.strip()))
@@ -183,12 +191,16 @@ def _segments(net: Whisper, tokenizer: Tokenizer, mel: torch.Tensor, content_fra
                 last_end = next((w[-1].end for w in reversed(words_per_piece) if w), None)
                 if last_end is not None and last_end > previous_seek / FRAMES_PER_SECOND:
                     seek = round(last_end * FRAMES_PER_SECOND)
+        # a timestamp token can name any time in the 30 s window, also past the audio it held
+        limit = round(min(duration, (previous_seek + segment_size) / FRAMES_PER_SECOND), 3)
         for (start, end, toks), words in zip(pieces, words_per_piece):
             text = tokenizer.decode(toks)
             if start == end or not text.strip():
                 continue
+            words = _clamped(words, limit)
             if words:
                 start, end = words[0].start, words[-1].end
+            start, end = min(start, limit), min(end, limit)
             yield Segment(id=next_id, seek=previous_seek, start=round(start, 3), end=round(end, 3),
                           text=text, tokens=[t for t in toks], avg_logprob=result.avg_logprob,
                           compression_ratio=result.compression_ratio,

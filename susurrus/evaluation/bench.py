@@ -44,6 +44,10 @@ from susurrus.types import Word
 CHAR_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # scored by characters
 
 
+class AudioError(ValueError):
+    """An item's audio cannot be read."""
+
+
 def unit_for(language: str) -> str:
     return "char" if language in CHAR_LANGUAGES else "word"
 
@@ -222,7 +226,12 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
     ``offline_cache``: a JSON file keeping the offline transcriptions between runs (keyed by
     model, item, audio length and language; delete it when the offline decoding changes)."""
     net, tokenizer = model.net, model.tokenizer
-    audio = {i.id: decode_audio(i.audio) for i in items}
+    audio = {}
+    for item in items:  # all read first: a file that is not audio fails before any work
+        try:
+            audio[item.id] = decode_audio(item.audio)
+        except Exception as err:
+            raise AudioError(f"{item.audio}: not readable audio ({err})") from err
 
     def language(item: Item) -> str | None:
         return None if detect_language or not model.is_multilingual else item.language

@@ -30,6 +30,7 @@ memory and per-step cost stay flat however long the stream runs.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -337,6 +338,14 @@ class StreamSession:
                 events.append(self._close_turn(ev))
         self.finished = True
         return events
+
+    def events(self, blocks: Iterable[np.ndarray]) -> Iterator[Event]:
+        """Feed every block of ``blocks`` and finish when they run out, yielding each event as it
+        comes, the last words included: ``for event in model.stream().events(mic_blocks()):``.
+        (Leaving the loop early leaves the stream open: ``finish()`` returns the rest.)"""
+        for pcm in blocks:
+            yield from self.feed(pcm)
+        yield from self.finish()
 
     def flush(self) -> list[Event]:
         """Commit everything decoded so far as if the audio ended here, and go on: the next

@@ -194,7 +194,7 @@ class TurnConfig:
 
 @dataclass(frozen=True)
 class SpeechStarted:
-    audio_start_ms: int  # what OpenAI reports: the onset minus prefix padding, clamped at 0
+    audio_start_ms: int  # what OpenAI reports: the onset minus prefix padding, clamped at 0 and at the last stop
     speech_start_ms: int  # the raw onset: start of the first speech frame
 
 
@@ -215,6 +215,7 @@ class TurnState:
     candidate_frames: int = 0  # speech frames in a row not yet enough to start a turn (min_speech_ms)
     speech_start_frame: int = -1  # first frame of the current (or candidate) turn
     last_speech_frame: int = -1  # last frame at or above the threshold in the current turn
+    last_stop_ms: int = 0  # audio_end_ms of the last turn: the next one's padding starts no earlier
 
 
 def push_turn(state: TurnState, probs: np.ndarray, silence_duration_ms: int | None = None) -> list[TurnEvent]:
@@ -244,13 +245,14 @@ def push_turn(state: TurnState, probs: np.ndarray, silence_duration_ms: int | No
                 state.in_speech = True
                 state.candidate_frames = 0
                 onset = state.speech_start_frame * FRAME_MS
-                events.append(SpeechStarted(max(0, onset - cfg.prefix_padding_ms), onset))
+                events.append(SpeechStarted(max(0, state.last_stop_ms, onset - cfg.prefix_padding_ms), onset))
             continue
         if p >= stay:
             state.last_speech_frame = i
         elif i - state.last_speech_frame >= silence_frames:
             events.append(SpeechStopped((i + 1) * FRAME_MS, (state.last_speech_frame + 1) * FRAME_MS))
             state.in_speech = False
+            state.last_stop_ms = (i + 1) * FRAME_MS
     return events
 
 

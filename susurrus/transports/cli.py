@@ -1,35 +1,49 @@
-"""Command line: ``susurrus transcribe`` (files), later ``stream``, ``bench`` and ``serve``."""
+"""Command line: ``susurrus transcribe``, ``stream``, ``bench``, ``serve`` and ``client``.
+
+Heavy modules (PyTorch, the model, the server) are imported inside the commands, so ``--help``
+and argument errors come at once; arguments are checked before any work (``cli_args``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
-from susurrus.transports.display import LiveDisplay
+from susurrus.transports.cli_args import UsageError, float_range, int_range, language_arg
 from susurrus.transports.writers import WRITERS, format_timestamp, write_result
+
+THREADS_HELP = ("torch threads (default: %(default)s: one thread was 2-5x faster than all cores on a "
+                "2-core machine shared with other work, with or without one more busy core "
+                "(docs/benchmarks.md); try more on an idle many-core machine)")
 
 MODEL_HELP = ("model: an embedded name (tiny.en, base), a CTranslate2 directory, a Hugging Face "
               "checkpoint directory or cached repo id (openai/whisper-small), or an OpenAI .pt file; "
               "nothing is downloaded (default: %(default)s)")
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _add_model_args(p: argparse.ArgumentParser, threads_help: str = THREADS_HELP) -> None:
     p.add_argument("--model", default="tiny.en", help=MODEL_HELP)
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads for inference (default: PyTorch's choice)")
+    p.add_argument("--threads", type=int_range(1), default=1, help=threads_help)
     p.add_argument("--int8-output", action="store_true",
                    help="int8 weights for the vocabulary projection (faster, near-ties may flip)")
 
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
+    from susurrus.transports.cli_args import check_input_file, check_model_options, check_output_dir, save_or_print
+
+    out_dir = check_output_dir(args.output_dir)  # before the work, not after it
+    for path in args.files:
+        check_input_file(path)
+    formats = sorted(WRITERS) if args.output_format == "all" else [args.output_format]
+
     from tqdm import tqdm
 
     import susurrus
 
     model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
-    formats = sorted(WRITERS) if args.output_format == "all" else [args.output_format]
-    out_dir = Path(args.output_dir)
+    check_model_options(model, args.language, args.task)
     status = 0
     for path in args.files:
         try:
@@ -43,6 +57,8 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
             print(f"susurrus: {path}: {err}", file=sys.stderr)
             status = 1
             continue
+        if len(args.files) > 1 and not args.quiet:
+            print(f"==> {path} <==", flush=True)
         if model.is_multilingual and args.language is None:
             print(f"{path}: detected language {info.language} "
                   f"(p={info.language_probability:.2f})", file=sys.stderr)
@@ -59,90 +75,19 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
                 tqdm.write(line, file=sys.stdout)
         bar.update(round(info.duration - bar.n, 2))
         bar.close()
+        text = "".join(segment.text.strip() + "\n" for segment in collected)
         for fmt in formats:
             target = out_dir / f"{Path(path).stem}.{fmt}"
-            write_result(fmt, collected, info, target)
-            print(f"wrote {target}", file=sys.stderr)
+            write = functools.partial(write_result, fmt, collected, info)
+            if not save_or_print(write, target, functools.partial(str, text)):
+                status = 1
     return status
 
 
-def _read_stdin_pcm(fmt: str, chunk_samples: int):
-    """Raw PCM from standard input, yielded as float32 blocks of at most ``chunk_samples``."""
-    import numpy as np
-
-    width = 2 if fmt == "s16le" else 4
-    dtype = np.int16 if fmt == "s16le" else np.float32
-    carry = b""
-    while True:
-        data = sys.stdin.buffer.read(chunk_samples * width)
-        if not data:
-            break
-        data = carry + data
-        usable = len(data) - len(data) % width
-        carry = data[usable:]
-        block = np.frombuffer(data[:usable], dtype=dtype)
-        yield block.astype(np.float32) / 32768.0 if fmt == "s16le" else block.astype(np.float32)
-
-
 def _cmd_stream(args: argparse.Namespace) -> int:
-    import time
+    from susurrus.transports.cli_stream import cmd_stream
 
-    import numpy as np
-
-    import susurrus
-    from susurrus.audio.io import decode_audio
-    from susurrus.streaming.output import write_stream_result
-    from susurrus.streaming.session import Committed, Interim, LanguageDetected, TurnEnded
-    from susurrus.streaming.vad import TurnConfig
-
-    model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
-    turns = TurnConfig(silence_duration_ms=args.silence_ms) if args.turns or args.semantic_turns else None
-    stream = model.stream(args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
-                          commit_margin_ms=args.commit_margin_ms, policy=args.policy,
-                          first_commit_ms=args.first_commit_ms, language=args.language, task=args.task,
-                          vad=not args.no_vad, turns=turns, semantic_turns=args.semantic_turns)
-    block = stream.config.chunk_ms * 16
-    if args.input == "-":
-        blocks = _read_stdin_pcm(args.pcm_format, block)
-        name = "stdin"
-    else:
-        audio = decode_audio(args.input)
-        blocks = (audio[i:i + block] for i in range(0, len(audio), block))
-        name = Path(args.input).stem
-    display = LiveDisplay(sys.stdout, not args.quiet, turns is not None)
-    started = time.perf_counter()
-    interim = ""
-
-    def show(events) -> None:
-        nonlocal interim
-        committed = ""
-        for event in events:
-            if isinstance(event, Committed):
-                committed += event.text
-            elif isinstance(event, Interim):
-                interim = event.text
-            elif isinstance(event, TurnEnded):
-                display.update(committed, "")
-                committed, interim = "", ""
-                display.turn(event.text, event.audio_start_ms, event.audio_end_ms)
-            elif isinstance(event, LanguageDetected):
-                print(f"language: {event.language} (p={event.probability:.2f})", file=sys.stderr)
-        display.update(committed, interim)
-
-    for piece in blocks:
-        if args.realtime:  # pace the input at speaking speed
-            ahead = stream.audio_time - (time.perf_counter() - started)
-            if ahead > 0:
-                time.sleep(ahead)
-        show(stream.feed(np.asarray(piece, dtype=np.float32)))
-    interim = ""
-    show(stream.finish())
-    display.close()
-    if args.output_format:
-        target = Path(args.output_dir) / f"{name}.{args.output_format}"
-        write_stream_result(args.output_format, stream.words, stream.audio_time, target)
-        print(f"wrote {target}", file=sys.stderr)
-    return 0
+    return cmd_stream(args)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -184,8 +129,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"susurrus bench: {e}", file=sys.stderr)
         return 2
-    results = bench.run(model, items, configs, progress=sys.stderr.isatty(), detect_language=args.detect_language,
-                        offline_cache=args.offline_cache)
+    try:
+        results = bench.run(model, items, configs, progress=sys.stderr.isatty(),
+                            detect_language=args.detect_language, offline_cache=args.offline_cache)
+    except bench.AudioError as err:
+        print(f"susurrus bench: {err}", file=sys.stderr)
+        return 2
     audio = results[0].audio_s
     langs = ",".join(sorted({i.language for i in items}))
     print(f"\n{args.model}, {len(items)} items ({langs}), {audio:.1f} s of audio, "
@@ -203,6 +152,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from susurrus.transports.listen import listen_socket
+
+    try:
+        sock = listen_socket(args.host, args.port)  # a busy port fails now, before anything is loaded or announced
+    except OSError as err:
+        print(f"susurrus serve: {err.strerror or err}", file=sys.stderr)
+        return 2
     import susurrus
     from susurrus.transports.realtime import Limits
     from susurrus.transports.server import serve
@@ -217,7 +173,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     print(f"susurrus: demo at http://{shown}:{args.port}/ , OpenAI Realtime transcription at "
           f"ws://{shown}:{args.port}/v1/realtime", file=sys.stderr)
     serve(model, args.host, args.port, limits=limits, api_key=args.api_key, workers=args.workers,
-          threads=args.threads, log_level=args.log_level)
+          threads=args.threads, log_level=args.log_level, sock=sock)
     return 0
 
 
@@ -227,8 +183,9 @@ def _cmd_client(args: argparse.Namespace) -> int:
     if (args.input is None) == (not args.mic):
         print("susurrus client: give an audio FILE or --mic (one of them)", file=sys.stderr)
         return 2
-    if args.input is not None and not Path(args.input).exists():
-        print(f"susurrus client: {args.input}: no such file", file=sys.stderr)
+    if args.input is not None and not Path(args.input).is_file():
+        what = "is a folder, not an audio file" if Path(args.input).is_dir() else "no such file"
+        print(f"susurrus client: {args.input}: {what}", file=sys.stderr)
         return 2
     return main_client(args.url, args.input, mic=args.mic, realtime=args.realtime, rate=args.rate,
                        block_ms=args.block_ms, latency=args.latency, language=args.language,
@@ -239,22 +196,26 @@ def _add_stream_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency", choices=["low", "medium", "high"], default="medium",
                    help="preset trading latency for accuracy (default: %(default)s); the explicit "
                         "settings below override it")
-    p.add_argument("--chunk-ms", type=int, default=None, help="audio per step (ms)")
-    p.add_argument("--lookahead-ms", type=int, default=None,
-                   help="encoder look-ahead: trailing audio (ms) recomputed at the next step")
-    p.add_argument("--commit-margin-ms", type=int, default=None,
-                   help="commit words the model reads at least this far (ms) before the audio edge")
+    p.add_argument("--chunk-ms", type=int_range(20, 5000, " ms"), default=None,
+                   help="audio per step, 20..5000 ms (medium: 640)")
+    p.add_argument("--lookahead-ms", type=int_range(0, 5000, " ms"), default=None,
+                   help="encoder look-ahead: trailing audio (ms) recomputed at the next step, 0..5000 (medium: 400)")
+    p.add_argument("--commit-margin-ms", type=int_range(0, 30000, " ms"), default=None,
+                   help="commit words the model reads at least this far (ms) before the audio edge (medium: 500)")
     p.add_argument("--policy", choices=["alignatt", "agreement"], default=None,
                    help="commit policy: alignment-guided (default) or agreement of two steps")
-    p.add_argument("--first-commit-ms", type=int, default=None,
+    p.add_argument("--first-commit-ms", type=int_range(0, 30000, " ms"), default=None,
                    help="commit nothing until the stream holds this much audio (the opening words "
-                        "need right context)")
+                        "need right context; medium: 1500)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="susurrus",
         description="Live speech-to-text with Whisper. Every command runs offline on local weights.")
+    from susurrus import __version__
+
+    parser.add_argument("--version", action="version", version=f"susurrus {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     t = sub.add_parser("transcribe", help="transcribe audio files (WAV, FLAC, OGG, MP3, ...)",
@@ -262,12 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "they are decoded and writing txt/srt/vtt/json files.")
     t.add_argument("files", nargs="+", metavar="FILE", help="audio files to transcribe")
     _add_model_args(t)
-    t.add_argument("--language", default=None,
-                   help="language code (en, es, ...); default: detect (multilingual models)")
+    t.add_argument("--language", type=language_arg, default=None,
+                   help="language code or name (en, de, German, ...); default: detect (multilingual models; "
+                        "English-only models refuse other languages)")
     t.add_argument("--task", choices=["transcribe", "translate"], default="transcribe",
                    help="translate: English text from any language (multilingual models)")
-    t.add_argument("--beam-size", type=int, default=5, help="beams; 1 = greedy (default: 5)")
-    t.add_argument("--temperature", type=float, default=None,
+    t.add_argument("--beam-size", type=int_range(1, 100), default=5, help="beams; 1 = greedy (default: 5)")
+    t.add_argument("--temperature", type=float_range(0.0), default=None,
                    help="a single decoding temperature, disabling the fallback ladder "
                         "0.0,0.2,...,1.0 used by default")
     t.add_argument("--word-timestamps", action="store_true",
@@ -280,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not feed each window's text to the next as a prompt")
     t.add_argument("--output-format", "-f", choices=[*sorted(WRITERS), "all"], default="txt",
                    help="file format to write (default: %(default)s)")
-    t.add_argument("--output-dir", "-o", default=".", help="where to write (default: current dir)")
+    t.add_argument("--output-dir", "-o", default=".",
+                   help="folder to write into, made if missing (default: current dir)")
     t.add_argument("--quiet", action="store_true", help="print no segments or progress")
     t.add_argument("--progress", action="store_true", help="show the progress bar even when "
                                                            "stderr is not a terminal")
@@ -290,10 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Stream a file (or raw PCM on stdin with '-') through the "
                                    "incremental engine. Committed text is printed plain, the "
                                    "interim guess dimmed; committed text never changes.")
-    s.add_argument("input", metavar="FILE|-", help="an audio file, or - for raw PCM on stdin")
+    s.add_argument("input", metavar="FILE|-", help="an audio file, or - for raw PCM on stdin (Ctrl+C ends it: "
+                                                  "the pending words are committed and the outputs written)")
     _add_model_args(s)
     _add_stream_args(s)
-    s.add_argument("--language", default=None, help="language code (multilingual models)")
+    s.add_argument("--language", type=language_arg, default=None,
+                   help="language code or name (multilingual models; default: detect; English-only models "
+                        "refuse other languages)")
     s.add_argument("--task", choices=["transcribe", "translate"], default=None,
                    help="translate: stream an English translation (multilingual models)")
     s.add_argument("--turns", action="store_true",
@@ -302,17 +268,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="like --turns, reading the text 192 ms into each pause: a sentence end the "
                         "decoder is sure of ends the turn after 0.7x the silence, a trailing 'and', "
                         "'the' or 'um' waits 2x")
-    s.add_argument("--silence-ms", type=int, default=500,
-                   help="silence that ends a turn (default: %(default)s)")
+    s.add_argument("--silence-ms", type=int_range(32, 10000, " ms (one 32 ms voice activity frame at least)"),
+                   default=500, help="silence that ends a turn, 32..10000 ms (default: %(default)s)")
     s.add_argument("--no-vad", action="store_true",
                    help="no voice activity detection: decode every chunk, silence included")
     s.add_argument("--pcm-format", choices=["s16le", "f32le"], default="s16le",
-                   help="stdin sample format, 16 kHz mono (default: %(default)s)")
+                   help="stdin sample format (default: %(default)s)")
+    s.add_argument("--rate", type=int_range(1000, 384000, " Hz"), default=16000,
+                   help="stdin sample rate in Hz (default: %(default)s; resampled to 16 kHz)")
+    s.add_argument("--channels", type=int_range(1, 32), default=1,
+                   help="stdin channels, interleaved (default: %(default)s; mixed down to mono)")
     s.add_argument("--realtime", action="store_true",
                    help="pace the input at speaking speed (default: as fast as possible)")
     s.add_argument("--output-format", "-f", choices=[*sorted(WRITERS)], default=None,
                    help="also write the result (json carries every word's start, end, emitted_at)")
-    s.add_argument("--output-dir", "-o", default=".", help="where to write (default: current dir)")
+    s.add_argument("--output-dir", "-o", default=".",
+                   help="folder to write into, made if missing (default: current dir)")
     s.add_argument("--quiet", action="store_true", help="no live display")
     s.set_defaults(func=_cmd_stream)
 
@@ -354,24 +325,28 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(Prometheus). The streams run in worker processes (--workers), each loading the "
                                    "model once.")
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    v.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
-    _add_model_args(v)
+    v.add_argument("--port", type=int_range(0, 65535), default=8000, help="port (default: %(default)s)")
+    _add_model_args(v, "torch threads in each worker process (with --workers 0: in the server process, shared by "
+                       "its streams) (default: %(default)s)")
     v.add_argument("--api-key", default=None,
                    help="refuse connections without 'Authorization: Bearer KEY' or the WebSocket subprotocol "
                         "'openai-insecure-api-key.KEY' (browsers)")
-    v.add_argument("--workers", type=int, default=None,
+    v.add_argument("--workers", type=int_range(0, 256), default=None,
                    help="worker processes that run the streams, each loading the model (with --threads torch "
-                        "threads, default 1) and each stream pinned to the least-loaded one; 0: run them in the "
+                        "threads) and each stream pinned to the least-loaded one; 0: run them in the "
                         "server process's threads, on one model (about one core in all: the streaming steps hold "
                         "the GIL) (default: the number of CPU cores)")
-    v.add_argument("--max-sessions", type=int, default=16,
+    v.add_argument("--max-sessions", type=int_range(1), default=16,
                    help="concurrent sessions; more are refused (default: %(default)s)")
-    v.add_argument("--max-message-kb", type=int, default=1024,
+    v.add_argument("--max-message-kb", type=int_range(1), default=1024,
                    help="largest client message in KiB (default: %(default)s)")
-    v.add_argument("--max-buffered-s", type=float, default=20.0,
-                   help="audio per session accepted but not yet transcribed, in seconds; an append beyond it "
-                        "is rejected with an error (default: %(default)s)")
-    v.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    v.add_argument("--max-buffered-s", type=float_range(0.0, low_open=True), default=20.0,
+                   help="audio per session accepted but not yet transcribed, in seconds; at this much the "
+                        "server stops reading the connection until the model catches up, so TCP slows a fast "
+                        "sender down (flow control: no audio is refused) (default: %(default)s)")
+    v.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="how much the server logs (uvicorn's levels; info: one line per connection) "
+                        "(default: %(default)s)")
     v.set_defaults(func=_cmd_serve)
 
     c = sub.add_parser("client", help="stream a file or the microphone to a realtime server",
@@ -384,13 +359,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--realtime", action="store_true", help="pace a file at speaking speed")
     c.add_argument("--rate", type=int, choices=[16000, 24000], default=24000,
                    help="sample rate sent (default: %(default)s, OpenAI's)")
-    c.add_argument("--block-ms", type=int, default=100, help="audio per append message (default: %(default)s)")
+    c.add_argument("--block-ms", type=int_range(10, 10000, " ms"), default=100,
+                   help="audio per append message (default: %(default)s)")
     c.add_argument("--latency", choices=["low", "medium", "high"], default=None, help="latency preset")
-    c.add_argument("--language", default=None, help="language code (multilingual models)")
+    c.add_argument("--language", type=language_arg, default=None,
+                   help="language code or name (multilingual servers)")
     c.add_argument("--api-key", default=None, help="sent as 'Authorization: Bearer KEY'")
     c.add_argument("--turns", action="store_true",
                    help="server turn detection (OpenAI server_vad): the server ends each speech turn after "
-                        "500 ms of silence; one line per turn")
+                        "500 ms of silence; one line per turn, with its span in seconds of the stream")
     c.set_defaults(func=_cmd_client)
     return parser
 
@@ -400,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except UsageError as err:
+        print(f"susurrus {args.command}: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except FileNotFoundError as err:

@@ -11,6 +11,12 @@ every completed turn is printed as its own line. At the end of the audio the cli
 twice: the first commit ends a turn still open, the second (event id ``END_MARKER``) always
 finds the buffer empty, and its error, which comes after everything the server had to say,
 ends the session.
+
+A file is sent as fast as the server takes it: the server stops reading while too much audio
+awaits its model, and TCP holds the client back (flow control). The client keeps its socket's
+send buffer small, so its keepalive pings are not queued behind a minute of audio. Any ``error``
+the server reports (an append it refused, say) is printed, and the exit status is 1: no audio
+is lost without the user being told.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ import base64
 import contextlib
 import json
 import signal
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -33,6 +41,22 @@ from susurrus.transports.display import LiveDisplay
 FLUSH_MARKER = "susurrus-client-flush"  # event ids of the two closing commits (--turns)
 END_MARKER = "susurrus-client-end"
 COMMIT_EMPTY = "input_audio_buffer_commit_empty"
+SEND_BUFFER_BYTES = 64 * 1024  # the socket's send buffer: what may wait unsent behind a keepalive ping
+
+
+class ClientError(Exception):
+    """A mistake found before connecting (bad URL, unreadable file): one line for the user."""
+
+
+def check_url(url: str) -> str:
+    """``url`` if it is a WebSocket URL with a host, else :class:`ClientError` saying why."""
+    parts = urlsplit(url)
+    if parts.scheme in ("http", "https"):
+        hint = url.replace(parts.scheme, "ws" if parts.scheme == "http" else "wss", 1)
+        raise ClientError(f"{url} is an HTTP URL; the realtime endpoint is a WebSocket: {hint}")
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        raise ClientError(f"{url} is not a WebSocket URL (ws://HOST:PORT/v1/realtime)")
+    return url
 
 
 def session_update(rate: int, latency: str | None = None, language: str | None = None,
@@ -61,8 +85,19 @@ def to_pcm16(samples: np.ndarray) -> np.ndarray:
     return np.clip(np.round(np.asarray(samples, np.float32) * 32768.0), -32768, 32767).astype(np.int16)
 
 
-async def file_blocks(path: str, rate: int, block_ms: int, realtime: bool) -> AsyncIterator[np.ndarray]:
-    audio = to_pcm16(decode_audio(path, sampling_rate=rate))
+def load_file(path: str, rate: int) -> np.ndarray:
+    """The file as int16 at ``rate`` (decoded before connecting: a bad file fails first)."""
+    try:
+        audio = decode_audio(path, sampling_rate=rate)
+    except (OSError, ValueError) as err:
+        raise ClientError(str(err) if path in str(err) else f"{path}: {err}") from None
+    if not len(audio):
+        raise ClientError(f"{path}: the file holds no audio")
+    return to_pcm16(audio)
+
+
+async def file_blocks(audio: np.ndarray, rate: int, block_ms: int, realtime: bool) -> AsyncIterator[np.ndarray]:
+    """``audio`` (int16 at ``rate``, from :func:`load_file`) in blocks of ``block_ms``."""
     block = rate * block_ms // 1000
     started = time.perf_counter()
     for i in range(0, len(audio), block):
@@ -117,18 +152,25 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
 
     out, err = out or sys.stdout, err or sys.stderr  # looked up now: the caller may have redirected them
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    printer = LiveDisplay(out, True)
+    printer = LiveDisplay(out, True, turns)
     status = 0
+    errors = 0  # error events: each may mean audio the server did not take
+    refused = False  # the server refused the session (API key, session limit): nothing was transcribed
     async with websockets.connect(url, additional_headers=headers, max_size=None) as ws:
+        sock = ws.transport.get_extra_info("socket")
+        if sock is not None:  # little unsent audio queued in the kernel: pings get through under flow control
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         done = asyncio.Event()
         sent_audio = False
+        spans: dict[str, list[int]] = {}  # --turns: item_id -> [audio_start_ms, audio_end_ms]
 
         async def receive() -> None:
             with contextlib.suppress(websockets.ConnectionClosed):
                 await receive_events()
 
         async def receive_events() -> None:
-            nonlocal status
+            nonlocal status, errors, refused
             async for message in ws:
                 event = json.loads(message)
                 kind = event.get("type")
@@ -136,24 +178,36 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
                     printer.update(event.get("delta") or "", "")
                 elif kind == "susurrus.interim":
                     printer.update("", event.get("text") or "")
+                elif kind == "input_audio_buffer.speech_started":
+                    spans[event.get("item_id", "")] = [event.get("audio_start_ms", 0)] * 2
+                elif kind == "input_audio_buffer.speech_stopped":
+                    spans.setdefault(event.get("item_id", ""), [0, 0])[1] = event.get("audio_end_ms", 0)
                 elif kind == "conversation.item.input_audio_transcription.completed":
-                    printer.update("", "")
-                    printer.end_line()
-                    if not turns:
+                    if turns:
+                        start, end = spans.pop(event.get("item_id", ""), [0, 0])
+                        printer.turn(event.get("transcript") or "", start, end)
+                    else:
+                        printer.update("", "")
+                        printer.end_line()
                         done.set()
                 elif kind == "conversation.item.input_audio_transcription.failed":
                     print(f"susurrus client: transcription failed: {event['error'].get('message')}", file=err)
                     status = 1
-                    done.set()
+                    if not turns:
+                        done.set()
                 elif kind == "error":
                     e = event.get("error", {})
                     if turns and e.get("event_id") in (FLUSH_MARKER, END_MARKER) and e.get("code") == COMMIT_EMPTY:
                         if e.get("event_id") == END_MARKER:  # the server has said everything
                             done.set()
                         continue
-                    print(f"susurrus client: server error {e.get('code')}: {e.get('message')}", file=err)
+                    errors += 1
+                    if not turns and e.get("event_id") == END_MARKER:  # the commit failed: no transcript comes
+                        done.set()
+                    if errors <= 5:
+                        print(f"susurrus client: server error {e.get('code')}: {e.get('message')}", file=err)
                     if e.get("code") in ("invalid_api_key", "session_limit_reached"):
-                        status = 1
+                        refused = True
                         done.set()
                 elif kind == "susurrus.warning":
                     print(f"susurrus client: {event.get('message')}", file=err)
@@ -171,8 +225,8 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
                     for marker in (FLUSH_MARKER, END_MARKER):
                         await ws.send(json.dumps({"type": "input_audio_buffer.commit", "event_id": marker}))
                 else:
-                    await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
-            elif not sent_audio and turns:
+                    await ws.send(json.dumps({"type": "input_audio_buffer.commit", "event_id": END_MARKER}))
+            elif not sent_audio:
                 done.set()
         except websockets.ConnectionClosed:
             pass
@@ -184,24 +238,41 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
             reason = f" ({ws.close_code} {ws.close_reason})" if ws.close_code else ""
             print(f"susurrus client: the connection closed before the transcript arrived{reason}", file=err)
         receiver.cancel()
+    if errors:
+        status = 1
+    if errors and not refused:
+        print(f"susurrus client: the server reported {errors} error(s) (the first 5 are shown above); "
+              "the transcript may be incomplete", file=err)
     return status
 
 
 def main_client(url: str, source: str | None, *, mic: bool, realtime: bool, rate: int, block_ms: int,
                 latency: str | None, language: str | None, api_key: str | None, turns: bool = False) -> int:
-    if mic:
-        try:
-            import sounddevice  # noqa: F401 - fail before connecting, with a clear message
-        except (ImportError, OSError) as err:
-            print(f"susurrus client: --mic needs the 'sounddevice' package and PortAudio ({err})", file=sys.stderr)
-            return 2
-        blocks = mic_blocks(rate, block_ms)
-    else:
-        assert source is not None
-        blocks = file_blocks(source, rate, block_ms, realtime)
+    """``susurrus client``: everything checked before connecting (URL, file), then streamed."""
+    import websockets
+
+    try:
+        check_url(url)
+        if mic:
+            try:
+                import sounddevice  # noqa: F401 - fail before connecting, with a clear message
+            except (ImportError, OSError) as err:
+                raise ClientError(f"--mic needs the 'sounddevice' package and PortAudio ({err})") from None
+            blocks = mic_blocks(rate, block_ms)
+        else:
+            assert source is not None
+            blocks = file_blocks(load_file(source, rate), rate, block_ms, realtime)
+    except ClientError as err:
+        print(f"susurrus client: {err}", file=sys.stderr)
+        return 2
     try:
         return asyncio.run(run_client(url, blocks, rate, latency=latency, language=language, api_key=api_key,
                                       turns=turns))
-    except OSError as err:
+    except websockets.InvalidStatus as err:
+        code = err.response.status_code
+        hint = " (is the path /v1/realtime?)" if code in (403, 404) else ""
+        print(f"susurrus client: {url} refused the WebSocket connection: HTTP {code}{hint}", file=sys.stderr)
+        return 2
+    except (OSError, websockets.InvalidHandshake, websockets.InvalidURI, asyncio.TimeoutError) as err:
         print(f"susurrus client: cannot connect to {url}: {err}", file=sys.stderr)
         return 2

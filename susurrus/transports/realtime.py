@@ -85,7 +85,6 @@ UNSUPPORTED_RATE = "unsupported_sample_rate"
 FORMAT_LOCKED = "format_change_with_buffered_audio"
 COMMIT_EMPTY = "input_audio_buffer_commit_empty"
 TURNS_LOCKED = "turn_detection_change_with_buffered_audio"
-BUFFER_FULL = "input_audio_buffer_full"
 MESSAGE_TOO_LARGE = "message_too_large"
 BINARY_FRAME = "binary_frame_not_supported"
 INVALID_API_KEY = "invalid_api_key"
@@ -117,8 +116,10 @@ def error_event(err: ProtocolError) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-server bounds. ``max_buffered_s``: audio accepted but not yet transcribed, per session
-    (a client sending faster than the model keeps up is told to slow down, nothing is dropped)."""
+    """Per-server bounds. ``max_buffered_s``: audio accepted but not yet transcribed, per session;
+    at the limit the server stops reading the connection until the model catches up, so a client
+    sending faster than the model keeps up is slowed down by TCP (nothing is refused or dropped;
+    one message more than the limit may be held)."""
 
     max_message_bytes: int = 1 << 20
     max_buffered_s: float = 20.0
@@ -916,11 +917,6 @@ class RealtimeSession:
         if not len(pcm):
             return []
         seconds = len(pcm) / self.settings.rate
-        if self.pending_s + seconds > self.limits.max_buffered_s:
-            raise ProtocolError(BUFFER_FULL, f"{self.pending_s:.1f} s of audio are waiting to be transcribed and this "
-                                             f"append of {seconds:.2f} s would pass the limit of "
-                                             f"{self.limits.max_buffered_s:g} s: it was rejected (earlier audio is "
-                                             "kept); send at speaking pace or retry later", "audio")
         target: Item | TurnStream
         if self.settings.server_turns:
             target = self._turn_stream()
@@ -978,6 +974,13 @@ class RealtimeSession:
             more, works = self.commit()
             return events + more, works
         return events, []
+
+    @property
+    def has_room(self) -> bool:
+        """Whether the server may read the client's next message: less than ``max_buffered_s``
+        of accepted audio awaits the model. When not, the server stops reading the socket until
+        the worker catches up (flow control: TCP slows the sender; no append is ever refused)."""
+        return self.pending_s < self.limits.max_buffered_s
 
     def done(self, work: Work) -> None:
         if work.kind == "append":

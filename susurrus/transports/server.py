@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +36,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from susurrus.transports.listen import listen_socket
 from susurrus.transports.realtime import (
     INVALID_API_KEY,
     SESSION_LIMIT,
@@ -148,6 +150,8 @@ async def _run_session(ws: WebSocket, state: ServerState, subprotocol: str | Non
             await ws.send_text(json.dumps(event))
 
     inflight: Future | None = None  # the work running now, in the pool
+    room = asyncio.Event()  # set when the session may read the next message (flow control)
+    room.set()
 
     async def work_loop() -> None:
         nonlocal inflight
@@ -155,6 +159,8 @@ async def _run_session(ws: WebSocket, state: ServerState, subprotocol: str | Non
             inflight = state.pool.submit(transcriber.run, work)
             result = await asyncio.wrap_future(inflight)
             session.done(work)
+            if session.has_room:
+                room.set()
             queue(result.events, [])
             for signal in result.signals:
                 queue(*session.turn(signal))
@@ -164,6 +170,16 @@ async def _run_session(ws: WebSocket, state: ServerState, subprotocol: str | Non
     queue(session.opening_events(), [])
     try:
         while True:
+            if not session.has_room:
+                # flow control: too much accepted audio awaits the model, so the next message is
+                # not read until it catches up; unread, the socket's buffers fill and TCP slows the
+                # sender down (no append is ever refused)
+                room.clear()
+                waiter = asyncio.ensure_future(room.wait())
+                await asyncio.wait([waiter, worker, sender], return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if worker.done() or sender.done():
+                    break
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
                 break
@@ -267,19 +283,26 @@ def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_lev
     import uvicorn
 
     # messages up to 4x the limit get a clear error event and the session goes on; beyond that
-    # the WebSocket layer closes the connection (1009) before the message is read
+    # the WebSocket layer closes the connection (1009) before the message is read.
+    # Keepalive pings every 20 s, but no pong deadline: a client the server slows down (it stops
+    # reading while the model catches up) answers only once its queued audio has been read, which
+    # may take longer than any fixed deadline; a vanished client is still found by TCP, whose
+    # retransmissions of the pings fail.
     return uvicorn.Config(app, host=host, port=port, ws="websockets-sansio", lifespan="on",
-                          ws_max_size=4 * limits.max_message_bytes, log_level=log_level)
+                          ws_max_size=4 * limits.max_message_bytes, ws_ping_interval=20.0, ws_ping_timeout=None,
+                          log_level=log_level)
 
 
 def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, *, limits: Limits | None = None,
           api_key: str | None = None, workers: int | None = None, threads: int | None = None,
-          log_level: str = "info") -> None:
+          log_level: str = "info", sock: socket.socket | None = None) -> None:
+    """Run the server until interrupted; ``sock``: one from :func:`listen_socket` (made here when not given)."""
     import uvicorn
 
     limits = limits or Limits()
+    sock = sock or listen_socket(host, port)
     app = create_app(model, limits=limits, api_key=api_key, workers=workers, threads=threads)
-    uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run()
+    uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run(sockets=[sock])
 
 
 class BackgroundServer:
@@ -290,19 +313,15 @@ class BackgroundServer:
     """
 
     def __init__(self, model: Any, host: str = "127.0.0.1", port: int = 0, **options: Any):
-        import socket
-
         import uvicorn
 
         limits = options.pop("limits", Limits())
+        self.sock = listen_socket(host, port)
+        self.host, self.port = host, self.sock.getsockname()[1]
         self.app = create_app(model, limits=limits, **options)
-        if port == 0:
-            with socket.socket() as s:
-                s.bind((host, 0))
-                port = s.getsockname()[1]
-        self.host, self.port = host, port
-        self.server = uvicorn.Server(uvicorn_config(self.app, host, port, limits, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, name="susurrus-server", daemon=True)
+        self.server = uvicorn.Server(uvicorn_config(self.app, host, self.port, limits, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       name="susurrus-server", daemon=True)
 
     @property
     def state(self) -> ServerState:
@@ -330,6 +349,7 @@ class BackgroundServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        self.sock.close()
 
     def __enter__(self) -> BackgroundServer:
         return self.start()

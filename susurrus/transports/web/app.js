@@ -23,10 +23,20 @@ ui.wsurl.textContent = wsUrl;
 let run = null; // the live capture: {ws, ctx, node, media, source, sent, turns}
 const items = new Map(); // item_id -> {el, committed, interim, first}
 let completed = 0;
+let errorShown = false; // an error stays on screen until the user acts (Start, a file, Stop, latency)
 
-function setState(state, message) {
+// error: shown in red and kept; user: the user acted, so a kept error may be replaced
+function showStatus(message, { error = false, user = false } = {}) {
+  if (message === undefined || (errorShown && !error && !user)) return;
+  errorShown = error;
+  ui.status.textContent = message;
+  ui.status.classList.toggle("error", error);
+  document.body.dataset.error = error ? message : "";
+}
+
+function setState(state, message, opts) {
   document.body.dataset.state = state;
-  if (message !== undefined) ui.status.textContent = message;
+  showStatus(message, opts);
   const busy = state !== "idle";
   ui.start.disabled = busy;
   ui.file.disabled = busy;
@@ -54,7 +64,7 @@ function item(id) {
 
 function fmt(t) { return `${Number(t).toFixed(2)} s`; }
 
-function onEvent(ev) {
+function onEvent(ev, ws) {
   switch (ev.type) {
     case "session.created":
     case "session.updated":
@@ -106,15 +116,15 @@ function onEvent(ev) {
       completed += 1;
       document.body.dataset.itemsCompleted = String(completed);
       if (!run || !run.turns) finish("Done.");
-      else if (document.body.dataset.state === "live") ui.status.textContent = `Turn ${completed} done; listening…`;
+      else if (document.body.dataset.state === "live") showStatus(`Turn ${completed} done; listening…`);
       break;
     }
     case "conversation.item.input_audio_transcription.failed":
       item(ev.item_id).el.classList.add("failed");
-      finish(`Transcription failed: ${ev.error && ev.error.message}`);
+      finish(`Transcription failed: ${ev.error && ev.error.message}`, { error: true });
       break;
     case "susurrus.warning":
-      ui.status.textContent = ev.message;
+      showStatus(ev.message);
       break;
     case "error":
       if (ev.error.event_id === FLUSH_MARKER || ev.error.event_id === END_MARKER) {
@@ -122,9 +132,14 @@ function onEvent(ev) {
         if (ev.error.event_id === END_MARKER) finish("Done.");
         break;
       }
-      ui.status.textContent = `Server error (${ev.error.code}): ${ev.error.message}`;
-      if (ev.error.code === "invalid_api_key" || ev.error.code === "session_limit_reached") finish();
+    {
+      const message = `Server error (${ev.error.code}): ${ev.error.message}`;
+      if (ev.error.code === "invalid_api_key" || ev.error.code === "session_limit_reached") {
+        ws.failure = message; // the server closes the connection; begin() may still be starting the audio
+        finish(message, { error: true });
+      } else showStatus(message, { error: true });
       break;
+    }
     default:
       break;
   }
@@ -145,11 +160,12 @@ function connect() {
   if (key) protocols.push(`openai-insecure-api-key.${key}`);
   const ws = new WebSocket(wsUrl, protocols);
   const turns = ui.turns.checked;
-  ws.onmessage = (msg) => onEvent(JSON.parse(msg.data));
+  ws.onmessage = (msg) => onEvent(JSON.parse(msg.data), ws);
   ws.onclose = (e) => {
+    ws.closeReason = `Connection closed${e.reason ? `: ${e.reason}` : ""}.`;
     if (run && run.ws === ws) {
       teardown();
-      setState("idle", `Connection closed${e.reason ? `: ${e.reason}` : ""}.`);
+      setState("idle", ws.closeReason, { error: true });
     }
   };
   return new Promise((resolve, reject) => {
@@ -170,10 +186,13 @@ function connect() {
   });
 }
 
+let begun = 0; // starts attempted, for tests: data-begun counts those whose outcome is on screen
+
 async function begin(makeSource, label) {
-  setState("connecting", "Connecting…");
+  setState("connecting", "Connecting…", { user: true });
+  let ws = null;
   try {
-    const ws = await connect();
+    ws = await connect();
     const ctx = new AudioContext({ sampleRate: RATE });
     await ctx.audioWorklet.addModule("pcm-worklet.js");
     const node = new AudioWorkletNode(ctx, "pcm16-capture", { processorOptions: { blockSamples: BLOCK } });
@@ -190,11 +209,17 @@ async function begin(makeSource, label) {
     };
     await makeSource(ctx, node);
     await ctx.resume();
-    setState("live", label);
+    if (ws.failure || ws.readyState !== WebSocket.OPEN) {
+      // refused (a wrong or missing API key, too many sessions) or closed while the audio started
+      teardown();
+      setState("idle", ws.failure || ws.closeReason || "Connection closed.", { error: true });
+    } else setState("live", label);
   } catch (err) {
     teardown();
-    setState("idle", `Could not start: ${err.message || err}`);
+    setState("idle", (ws && ws.failure) || `Could not start: ${err.message || err}`, { error: true });
   }
+  begun += 1;
+  document.body.dataset.begun = String(begun);
 }
 
 async function micSource(ctx, node) {
@@ -232,7 +257,7 @@ function teardown() {
 
 function stop() {
   if (!run || document.body.dataset.state !== "live") return;
-  setState("finishing", "Finishing the last words…");
+  setState("finishing", "Finishing the last words…", { user: true });
   if (run.media) run.media.getTracks().forEach((t) => t.stop());
   try { run.source.disconnect(); } catch (e) { /* already gone */ }
   run.node.port.postMessage({ flush: true });
@@ -248,9 +273,9 @@ function stop() {
   }, 100);
 }
 
-function finish(message) {
+function finish(message, opts) {
   teardown();
-  setState("idle", message);
+  setState("idle", message, opts);
 }
 
 ui.transcript.addEventListener("mouseover", (e) => {
@@ -270,7 +295,7 @@ ui.latency.onchange = () => {
   if (run && run.ws.readyState === WebSocket.OPEN) {
     run.ws.send(JSON.stringify({ type: "session.update", session: { type: "transcription",
       susurrus: { latency: ui.latency.value } } }));
-    ui.status.textContent = run.turns ? `Latency ${ui.latency.value}: the current turn ends here.`
-      : `Latency ${ui.latency.value}: applies from the next item.`;
+    showStatus(run.turns ? `Latency ${ui.latency.value}: the current turn ends here.`
+      : `Latency ${ui.latency.value}: applies from the next item.`, { user: true });
   }
 };

@@ -1,0 +1,111 @@
+"""Argument checks for the command line, run before any work (and before PyTorch is imported):
+each bad value is refused with one line naming the option, never a traceback after the work."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from susurrus.model.languages import language_code, language_name
+
+
+class UsageError(Exception):
+    """A bad argument found after parsing (it needs the model or the file system): exit 2."""
+
+
+def int_range(low: int, high: int | None = None, unit: str = "") -> Callable[[str], int]:
+    """An argparse ``type``: an integer within ``low..high`` (``high`` None: no upper bound)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low or (high is not None and value > high):
+            span = f"within {low}..{high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"must be {span}{unit}, not {value}")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_range(low: float, high: float | None = None, *, low_open: bool = False) -> Callable[[str], float]:
+    """An argparse ``type``: a number above (``low_open``) or at least ``low``, at most ``high``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value != value or (value <= low if low_open else value < low) or (high is not None and value > high):
+            span = (f"above {low:g}" if low_open else f"at least {low:g}") + (f" and at most {high:g}" if high else "")
+            raise argparse.ArgumentTypeError(f"must be {span}, not {text}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+def language_arg(text: str) -> str:
+    """An argparse ``type``: a Whisper language code or name (``de``, ``German``) as its code."""
+    try:
+        return language_code(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def check_model_options(model: Any, language: str | None, task: str | None) -> None:
+    """Refuse what the loaded model cannot do: a language other than English, or translation, on an
+    English-only model; a language the multilingual model's tokenizer lacks."""
+    if not model.is_multilingual:
+        if language not in (None, "en"):
+            raise UsageError(f"{model.name} is English-only: it cannot transcribe {language_name(language)} "
+                             f"(--language {language}); use a multilingual model (--model base)")
+        if task == "translate":
+            raise UsageError(f"{model.name} is English-only: --task translate needs a multilingual model "
+                             "(--model base)")
+        return
+    if language is not None and language not in model.tokenizer.language_codes:
+        raise UsageError(f"{model.name} does not know {language_name(language)} (--language {language})")
+
+
+def check_output_dir(path: str) -> Path:
+    """The output folder, made now if missing: a file in its place, or no permission, fails before
+    the work rather than after it."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output-dir {path}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--output-dir {path}: cannot create it ({err.strerror or err})") from None
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"--output-dir {path}: not writable")
+    return out
+
+
+def check_input_file(path: str) -> None:
+    """An input that exists and is a file, or :class:`UsageError` saying what it is."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{path}: no such file")
+    if p.is_dir():
+        raise UsageError(f"{path}: is a folder, not an audio file")
+    if p.stat().st_size == 0:
+        raise UsageError(f"{path}: the file is empty")
+
+
+def save_or_print(write: Callable[[Path], Any], target: Path, fallback: Callable[[], str]) -> bool:
+    """Write a finished result to ``target``; if that fails, say so and print the result on
+    stdout instead, so finished work is never lost to an output error. True when written."""
+    try:
+        write(target)
+    except OSError as err:
+        print(f"susurrus: cannot write {target} ({err.strerror or err}); the result follows on stdout",
+              file=sys.stderr)
+        sys.stdout.write(fallback())
+        sys.stdout.flush()
+        return False
+    print(f"wrote {target}", file=sys.stderr)
+    return True
