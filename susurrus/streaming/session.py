@@ -69,7 +69,7 @@ from susurrus.streaming.vad import (
 )
 
 FRAME_S = 0.02  # seconds per encoder frame
-RETRY_SPEECH_S = 0.5  # speech left after a window's last decode that makes it decode again
+RETRY_SPEECH_S = 0.5  # speech left 0.5 s past a window's last word that makes its last decode retry
 UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # written without spaces between words
 
 
@@ -554,8 +554,10 @@ class StreamSession:
         n_commit = self._word_boundary(tokens, n_commit, final, following)
         if n_commit:
             words, ends = self._words(tokens, n_commit, probs, qk, n_real)
-            if final and words:  # the window's last words: one read in the silence after speech is invented
-                keep = self._heard(words)
+            if final and words:  # the window's last words: one read in the silence after speech is invented,
+                # and a phrase of 3+ words said again at once is the decoder reading its audio twice
+                keep = min(self._heard(words), len(words) - _repeated_tail([w.word for w in self.words[-8:] + words],
+                                                                             len(words)))
                 if keep < len(words):
                     self.dropped.extend(words[keep:])
                     n_commit = ends[keep - 1] if keep else 0
@@ -594,13 +596,15 @@ class StreamSession:
         return events
 
     def _speech_left(self) -> float:
-        """Seconds of possible speech (VAD frames at the wake threshold, or frames above the
-        noise floor without a VAD) in the window after its last committed word."""
+        """Seconds of speech (VAD frames at ``vad_threshold``: the retry must not read a pause's
+        possible speech, where Whisper invents; without a VAD, frames above the noise floor) in
+        the window from ``RETRY_SPEECH_S`` after its last committed word on."""
         win = self.window
         start = (win.start_frame + 2 * win.committed_end_frame) / 100 if win.committed else win.start_frame / 100
+        start += RETRY_SPEECH_S  # a committed word's end can be early by that much
         if self.vad is not None:
             _, p = vad_probs(self.vad_state, start * 1000, self.audio_time * 1000)
-            return float((p >= min(self.config.wake_threshold, self.config.vad_threshold)).sum()) * FRAME_MS / 1000
+            return float((p >= self.config.vad_threshold).sum()) * FRAME_MS / 1000
         first = max(0, round((start - win.start_frame / 100) / FRAME_S))
         return float(_speech_mask(win.mel, win.mel.shape[1] // 2)[first:].sum()) * FRAME_S
 
@@ -618,10 +622,18 @@ class StreamSession:
         else:
             return []
         self._retrying = True
+        n_words = len(self.words)
         try:
-            return self._step(final=True)
+            events = self._step(final=True)
         finally:
             self._retrying = False
+        new = self.words[n_words:]
+        if new and _says_again([w.word for w in self.words[max(0, n_words - 8):n_words]], [w.word for w in new]):
+            # it read the committed words again (their end time was early): not new speech
+            self.words = self.words[:n_words]
+            self.dropped.extend(new)
+            events = [e for e in events if not isinstance(e, Committed)]
+        return events
 
     def _detect_language(self) -> LanguageDetected:
         """Pick the window's language as Whisper does offline: from the decoder's first
@@ -949,6 +961,27 @@ def _repeats_thrice(before: list[str], new: list[str], longest: int = 8) -> bool
     words = [w for w in words if w]
     for n in range(1, longest + 1):
         if len(words) >= 3 * n and words[-n:] == words[-2 * n:-n] == words[-3 * n:-2 * n]:
+            return True
+    return False
+
+
+def _repeated_tail(words: list[str], limit: int, shortest: int = 3) -> int:
+    """How many of the last ``limit`` words repeat, at once, the phrase of 3+ words before them
+    ("in being comparatively modern, in being comparatively modern"): 0 if none."""
+    norm = [w.strip().strip(".,;:!?\"'-").lower() for w in words]
+    for n in range(min(limit, len(norm) // 2), shortest - 1, -1):
+        if norm[-n:] == norm[-2 * n:-n]:
+            return n
+    return 0
+
+
+def _says_again(committed: list[str], new: list[str]) -> bool:
+    """Whether ``new`` opens with words of ``committed`` in their order (its first two, or its
+    only one, within the last committed words): text read again, not new speech."""
+    norm = [w.strip().strip(".,;:!?\"'-").lower() for w in committed]
+    head = [w.strip().strip(".,;:!?\"'-").lower() for w in new[:2]]
+    for i in range(len(norm) - len(head) + 1):
+        if norm[i:i + len(head)] == head:
             return True
     return False
 
