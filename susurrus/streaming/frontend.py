@@ -65,7 +65,7 @@ def push_audio(state: MelState, samples: np.ndarray, final: bool = False) -> tor
         piece = np.concatenate([head, buf[: hi - state.tail_start]])
     else:
         piece = buf[lo - state.tail_start: hi - state.tail_start]
-    frames = mel_power(piece, state.n_mels, center=False, pad_end=0)[:, : total - first]
+    frames = mel_power(piece, state.n_mels, center=False, pad_end=0, batch_invariant=True)[:, : total - first]
     state.frames_done = total
     keep_from = HOP_LENGTH * total - HALF  # the next frame's first sample
     if keep_from > state.tail_start:
