@@ -52,6 +52,7 @@ from susurrus.streaming.frontend import MelState, push_audio
 from susurrus.streaming.hallucination import hallucination_verdict
 from susurrus.streaming.vad import (
     FRAME_MS,
+    FRAME_SAMPLES,
     SileroVad,
     SpeechStarted,
     SpeechStopped,
@@ -292,10 +293,14 @@ class StreamSession:
             raise RuntimeError("stream already finished")
         samples = _as_float(pcm)
         step = self.config.chunk_ms * SAMPLE_RATE // 1000
+        # with turns, a VAD frame can end a turn and flush the window: cut at VAD frame ends too
+        frame = FRAME_SAMPLES if self.turn_state is not None else step
         events: list[Event] = []
         while len(samples):
-            # cut at step boundaries, so that voice activity and steps interleave in order
-            take = min(len(samples), self.samples_at_last_step + step - self.samples_fed)
+            # cut at step boundaries (and VAD frame ends), so that every decision sees exactly
+            # the audio up to its own time, whatever pieces the audio came in
+            take = min(len(samples), self.samples_at_last_step + step - self.samples_fed,
+                       frame - self.samples_fed % frame)
             events.extend(self._push(samples[:take]))
             samples = samples[take:]
             if self.samples_fed - self.samples_at_last_step >= step:
