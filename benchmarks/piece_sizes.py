@@ -17,7 +17,7 @@ Streams (``--streams``, comma-separated):
 - ``fra``: ``multi/readalongs_ej-fra`` (34 s of French with pauses; meant for a
   multilingual model without ``--language``: the language is detected per window).
 
-    python benchmarks/piece_sizes.py [--model tiny.en] [--language en]
+    python benchmarks/piece_sizes.py [--model tiny.en] [--language en] [--lookahead-ms 1000]
         [--streams concat,ljspeech,osr,osr-turns] [--patterns 0.1,1.0,random]
 """
 
@@ -61,9 +61,10 @@ def _event_key(event) -> tuple:
     return (type(event).__name__, *astuple(event))  # words included, as tuples
 
 
-def run_stream(model, audio: np.ndarray, pattern: str, turns: bool, language: str | None
-               ) -> tuple[list, list, float]:
-    stream = model.stream("medium", language=language, turns=TurnConfig() if turns else None)
+def run_stream(model, audio: np.ndarray, pattern: str, turns: bool, language: str | None,
+               lookahead_ms: int | None = None) -> tuple[list, list, float]:
+    stream = model.stream("medium", language=language, lookahead_ms=lookahead_ms,
+                          turns=TurnConfig() if turns else None)
     t0 = time.perf_counter()
     events = []
     for a, b in pieces(len(audio), pattern):
@@ -83,6 +84,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny.en")
     ap.add_argument("--language", default=None, help="fixed language (multilingual models)")
+    ap.add_argument("--lookahead-ms", type=int, default=None,
+                    help="encoder look-ahead (the README advises 1000 for base)")
     ap.add_argument("--streams", default="concat,ljspeech,osr,osr-turns")
     ap.add_argument("--patterns", default="0.1,1.0,random")
     args = ap.parse_args()
@@ -90,7 +93,8 @@ def main() -> None:
     model = susurrus.load_model(args.model)
     patterns = args.patterns.split(",")
     fixed = args.language or ("detected per window" if model.is_multilingual else "en")
-    print(f"model {args.model}, language {fixed}; compared with {patterns[0]} s pieces\n")
+    lookahead = f", lookahead {args.lookahead_ms} ms" if args.lookahead_ms else ""
+    print(f"model {args.model}, language {fixed}{lookahead}; compared with {patterns[0]} s pieces\n")
     print("| stream | pieces | words | same text | same words and times | same events | WER % | wall s |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.streams.split(","):
@@ -99,7 +103,7 @@ def main() -> None:
         audio = decode_audio(item.audio)
         first = None
         for pattern in patterns:
-            words, events, wall = run_stream(model, audio, pattern, turns, args.language)
+            words, events, wall = run_stream(model, audio, pattern, turns, args.language, args.lookahead_ms)
             text = "".join(w.word for w in words)
             if first is None:
                 first = (text, words, events)
