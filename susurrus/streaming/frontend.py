@@ -1,10 +1,11 @@
 """Incremental log-mel front end.
 
-Audio arrives in pieces of any size. A mel frame ``i`` covers samples ``[160 i - 200,
-160 i + 200)`` (Whisper's centred STFT), so it is computed once those samples have arrived;
-at the stream start the signal is reflect-padded as the offline front end does. Frames are kept
-as log10 mel power; normalisation uses a running maximum (causal), applied when frames are
-handed to the encoder.
+Audio arrives in pieces of any size, and the frames are the same bit for bit however it is cut
+(the mel projection sums in an order that does not depend on how many frames a call computes).
+A mel frame ``i`` covers samples ``[160 i - 200, 160 i + 200)`` (Whisper's centred STFT), so it
+is computed once those samples have arrived; at the stream start the signal is reflect-padded as
+the offline front end does. Frames are kept as log10 mel power; normalisation uses a running
+maximum (causal), applied when frames are handed to the encoder.
 """
 
 from __future__ import annotations

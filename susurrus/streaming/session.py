@@ -25,6 +25,12 @@ turn at each stop: the window is flushed and a :class:`TurnEnded` event carries 
 When the window approaches 30 s it is re-anchored at the end of the last committed word: the
 tail is re-encoded from position 0 and the committed text becomes the decoder's prompt, so
 memory and per-step cost stay flat however long the stream runs.
+
+Every decision (steps, flushes, idling, re-anchoring, turn events and the peek, language
+detection) is a function of the audio fed so far, never of how it was cut into ``feed`` calls:
+``feed`` cuts the audio at step boundaries (with turns, at VAD frame ends too) and the mel
+frames are computed when a decision reads them, so the same audio gives the same words, times
+and events in pieces of any size (``tests/test_streaming_piece_sizes.py``).
 """
 
 from __future__ import annotations
