@@ -35,6 +35,11 @@ def longform_items():
 
 
 @pytest.fixture(scope="session")
+def hard_items():
+    return read_manifest(need_data("hard"))
+
+
+@pytest.fixture(scope="session")
 def dev_item(dev_items):
     def get(item_id: str):
         for item in dev_items:

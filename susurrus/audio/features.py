@@ -59,19 +59,51 @@ def mel_filters(n_mels: int) -> torch.Tensor:
     return torch.from_numpy(weights.astype(np.float32))
 
 
+@functools.lru_cache(maxsize=4)
+def _mel_bands(n_mels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each filter's band: the indices of its first ``w`` FFT bins from its lowest nonzero one
+    (``w`` the widest band rounded up to a power of two) and its weights there (0 past the band),
+    shapes (n_mels, w)."""
+    weights = mel_filters(n_mels)
+    nonzero = weights > 0
+    lo = nonzero.float().argmax(1)
+    hi = weights.shape[1] - nonzero.flip(1).float().argmax(1)
+    width = 1 << max(0, int((hi - lo).max()) - 1).bit_length()
+    offsets = torch.arange(width)
+    index = (lo[:, None] + offsets).clamp(max=weights.shape[1] - 1)
+    band = torch.where(offsets < (hi - lo)[:, None], weights.gather(1, index), 0.0)
+    return index, band
+
+
+def _project_invariant(power: torch.Tensor, n_mels: int) -> torch.Tensor:
+    """``mel_filters(n_mels) @ power`` computed so that each frame's result does not depend on
+    how many frames are projected together (a BLAS product sums in an order that depends on
+    the matrix shapes, so a frame's bits depend on the batch): every output is the same
+    products summed pairwise in the same order, elementwise operations only."""
+    index, band = _mel_bands(n_mels)
+    x = band[:, :, None] * power[index]  # (n_mels, w, frames)
+    while x.shape[1] > 1:
+        half = x.shape[1] // 2
+        x = x[:, :half] + x[:, half:]
+    return x[:, 0]
+
+
 @functools.lru_cache(maxsize=1)
 def _window() -> torch.Tensor:
     return torch.hann_window(N_FFT)
 
 
 def mel_power(audio: np.ndarray | torch.Tensor, n_mels: int = 80, *, center: bool = True,
-              pad_end: int = HOP_LENGTH) -> torch.Tensor:
+              pad_end: int = HOP_LENGTH, batch_invariant: bool = False) -> torch.Tensor:
     """log10 mel power of 16 kHz samples, shape (n_mels, frames), before normalisation.
 
     With ``center`` the signal is reflect-padded by N_FFT // 2 on both sides as Whisper does;
     ``pad_end`` zeros are appended first (Whisper's tools add one hop) and the last STFT frame
     is dropped, so ``len(audio) / HOP_LENGTH`` frames come out. Without ``center`` every
     full 400-sample window gives a frame (the streaming front end pads by itself).
+    ``batch_invariant``: each frame's bits do not depend on how many frames are computed in
+    the call (the streaming front end: the same audio cut into other pieces gives the same
+    frames); the values differ from the matrix product's by float rounding only.
     """
     x = torch.as_tensor(np.asarray(audio, dtype=np.float32))
     if x.ndim != 1:
@@ -85,7 +117,7 @@ def mel_power(audio: np.ndarray | torch.Tensor, n_mels: int = 80, *, center: boo
     if center:
         spec = spec[..., :-1]
     power = spec.abs() ** 2
-    mel = mel_filters(n_mels) @ power
+    mel = _project_invariant(power, n_mels) if batch_invariant else mel_filters(n_mels) @ power
     return torch.clamp(mel, min=1e-10).log10()
 
 

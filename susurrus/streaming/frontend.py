@@ -1,10 +1,11 @@
 """Incremental log-mel front end.
 
-Audio arrives in pieces of any size. A mel frame ``i`` covers samples ``[160 i - 200,
-160 i + 200)`` (Whisper's centred STFT), so it is computed once those samples have arrived;
-at the stream start the signal is reflect-padded as the offline front end does. Frames are kept
-as log10 mel power; normalisation uses a running maximum (causal), applied when frames are
-handed to the encoder.
+Audio arrives in pieces of any size, and the frames are the same bit for bit however it is cut
+(the mel projection sums in an order that does not depend on how many frames a call computes).
+A mel frame ``i`` covers samples ``[160 i - 200, 160 i + 200)`` (Whisper's centred STFT), so it
+is computed once those samples have arrived; at the stream start the signal is reflect-padded as
+the offline front end does. Frames are kept as log10 mel power; normalisation uses a running
+maximum (causal), applied when frames are handed to the encoder.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def push_audio(state: MelState, samples: np.ndarray, final: bool = False) -> tor
         piece = np.concatenate([head, buf[: hi - state.tail_start]])
     else:
         piece = buf[lo - state.tail_start: hi - state.tail_start]
-    frames = mel_power(piece, state.n_mels, center=False, pad_end=0)[:, : total - first]
+    frames = mel_power(piece, state.n_mels, center=False, pad_end=0, batch_invariant=True)[:, : total - first]
     state.frames_done = total
     keep_from = HOP_LENGTH * total - HALF  # the next frame's first sample
     if keep_from > state.tail_start:

@@ -25,6 +25,12 @@ turn at each stop: the window is flushed and a :class:`TurnEnded` event carries 
 When the window approaches 30 s it is re-anchored at the end of the last committed word: the
 tail is re-encoded from position 0 and the committed text becomes the decoder's prompt, so
 memory and per-step cost stay flat however long the stream runs.
+
+Every decision (steps, flushes, idling, re-anchoring, turn events and the peek, language
+detection) is a function of the audio fed so far, never of how it was cut into ``feed`` calls:
+``feed`` cuts the audio at step boundaries (with turns, at VAD frame ends too) and the mel
+frames are computed when a decision reads them, so the same audio gives the same words, times
+and events in pieces of any size (``tests/test_streaming_piece_sizes.py``).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from susurrus.streaming.frontend import MelState, push_audio
 from susurrus.streaming.hallucination import hallucination_verdict
 from susurrus.streaming.vad import (
     FRAME_MS,
+    FRAME_SAMPLES,
     SileroVad,
     SpeechStarted,
     SpeechStopped,
@@ -267,6 +274,7 @@ class StreamSession:
         self.language: str | None = None if self.detect else (config.language if net.is_multilingual else "en")
         self.tokenizer = tokenizer.with_options(self.language or "en", config.task)
         self.mel_state = MelState(n_mels=net.dims.n_mels)
+        self._unheard: list[np.ndarray] = []  # samples fed, not through the mel front end yet
         self.window = WindowState(mel=torch.zeros(net.dims.n_mels, 0))
         self.cross = CrossBuffer(silence if silence is not None else silence_cross_kv(net))
         self.vad = (vad or load_vad()) if config.vad or config.turns else None
@@ -310,10 +318,14 @@ class StreamSession:
             raise RuntimeError("stream already finished")
         samples = _as_float(pcm)
         step = self.config.chunk_ms * SAMPLE_RATE // 1000
+        # with turns, a VAD frame can end a turn and flush the window: cut at VAD frame ends too
+        frame = FRAME_SAMPLES if self.turn_state is not None else step
         events: list[Event] = []
         while len(samples):
-            # cut at step boundaries, so that voice activity and steps interleave in order
-            take = min(len(samples), self.samples_at_last_step + step - self.samples_fed)
+            # cut at step boundaries (and VAD frame ends), so that every decision sees exactly
+            # the audio up to its own time, whatever pieces the audio came in
+            take = min(len(samples), self.samples_at_last_step + step - self.samples_fed,
+                       frame - self.samples_fed % frame)
             events.extend(self._push(samples[:take]))
             samples = samples[take:]
             if self.samples_fed - self.samples_at_last_step >= step:
@@ -325,6 +337,7 @@ class StreamSession:
         """End of audio: decode and commit everything left."""
         if self.finished:
             return []
+        self._sync_mel()
         frames = push_audio(self.mel_state, np.zeros(0, np.float32), final=True)
         self.window.mel = torch.cat([self.window.mel, frames], dim=1)
         events: list[Event] = []
@@ -358,13 +371,24 @@ class StreamSession:
     # ------------------------------------------------------------------ voice activity
 
     def _push(self, samples: np.ndarray) -> list[Event]:
-        """Audio into the mel front end and the VAD; turn events it causes."""
+        """Audio into the VAD (and, when a decision needs it, the mel front end); turn events it
+        causes."""
         self.samples_fed += len(samples)
-        frames = push_audio(self.mel_state, samples)
-        self.window.mel = torch.cat([self.window.mel, frames], dim=1)
+        self._unheard.append(np.array(samples, dtype=np.float32))  # a copy: the caller may reuse its buffer
         if self.vad is None:
             return []
         return self._turn_events(push_vad(self.vad, self.vad_state, samples))
+
+    def _sync_mel(self) -> None:
+        """The mel frames of all the audio fed, into the window. Called by what reads them (a
+        step, an idle trim, the peek) and only then, so that the frames computed together (and
+        with them the float rounding of a batched front end) are set by the audio times of
+        those decisions, never by the pieces the audio came in."""
+        if self._unheard:
+            samples = np.concatenate(self._unheard) if len(self._unheard) > 1 else self._unheard[0]
+            self._unheard = []
+            frames = push_audio(self.mel_state, samples)
+            self.window.mel = torch.cat([self.window.mel, frames], dim=1)
 
     def _turn_events(self, probs: np.ndarray) -> list[Event]:
         cfg = self.config
@@ -421,6 +445,7 @@ class StreamSession:
         written are put back."""
         t0, c0 = time.perf_counter(), time.thread_time()
         turn_text = "".join(w.word for w in self.words[self.turn_first_word:])
+        self._sync_mel()
         win = self.window
         if self.language is None or win.mel.shape[1] < 2:  # not detected yet: the text so far
             return turn_text + self.interim, 0.0
@@ -485,6 +510,7 @@ class StreamSession:
     def _trim_idle_window(self) -> None:
         """While idle, keep only the last ``resume_pad_ms`` of mel frames (the next window's
         left context when speech resumes)."""
+        self._sync_mel()
         win = self.window
         keep = max(2, round(self.config.resume_pad_ms / 10)) // 2 * 2  # even: encoder frames are 2 mel frames
         if win.encoder is None and not win.committed and win.mel.shape[1] > keep:
@@ -502,6 +528,7 @@ class StreamSession:
         """Encode what is new, decode, commit. ``final``: the audio of this window ends here
         (end of stream, or a flush: non-speech or a turn's end follows), commit it all."""
         t0, c0 = time.perf_counter(), time.thread_time()
+        self._sync_mel()
         cfg = self.config
         win = self.window
         max_frames = int(cfg.max_window_s / FRAME_S)
