@@ -839,25 +839,15 @@ class StreamSession:
         if cfg.task != "transcribe":
             # a translation is not aligned with the audio: commit what two consecutive steps
             # agree on (LocalAgreement), never the last token of the hypothesis
-            prev = self.window.last_hypothesis
-            n = 0
-            while n < min(len(tokens) - 1, len(prev)) and tokens[n] == prev[n]:
-                n += 1
-            return n
+            return _common_prefix(tokens[:-1], self.window.last_hypothesis)
         if cfg.policy == "agreement":
             # what two consecutive steps agree on, away from the edge by half the margin
-            prev = self.window.last_hypothesis
-            agreed = 0
-            while agreed < len(tokens) and agreed < len(prev) and tokens[agreed] == prev[agreed]:
-                agreed += 1
+            agreed = _common_prefix(tokens, self.window.last_hypothesis)
             margin //= 2
         elif not self.window.committed and cfg.opening_agreement:
             # a window's opening words are read without left context, where Whisper guesses:
             # they must also be what the previous step decoded (LocalAgreement) to commit
-            prev = self.window.last_hypothesis
-            agreed = 0
-            while agreed < len(tokens) and agreed < len(prev) and tokens[agreed] == prev[agreed]:
-                agreed += 1
+            agreed = _common_prefix(tokens, self.window.last_hypothesis)
         edge = n_real - round(margin / 1000 / FRAME_S)
         far_edge = n_real - round(max(margin, cfg.uncertain_margin_ms) / 1000 / FRAME_S)
         n = 0
@@ -990,6 +980,13 @@ def _repeats_thrice(before: list[str], new: list[str], longest: int = 8) -> bool
         if len(words) >= 3 * n and words[-n:] == words[-2 * n:-n] == words[-3 * n:-2 * n]:
             return True
     return False
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def _repeated_tail(words: list[str], limit: int, shortest: int = 3) -> int:
