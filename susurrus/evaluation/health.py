@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from susurrus.evaluation.metrics import error_counts
+from susurrus.streaming.session import word_key
 
 
 class TimedWord(Protocol):
@@ -31,7 +32,7 @@ def longest_repetition(words: Sequence[str], longest: int = 8) -> int:
     """How many times in a row the most repeated phrase of 1..``longest`` words occurs
     (1 when nothing repeats). Words are compared without case and punctuation (not with
     Whisper's normaliser, which joins spoken digits: "1 1 1" would become one number)."""
-    tokens = [t for t in (w.strip().strip(".,;:!?\"'-…").lower() for w in " ".join(words).split()) if t]
+    tokens = [t for t in map(word_key, " ".join(words).split()) if t]
     best = 1 if tokens else 0
     for n in range(1, longest + 1):
         for start in range(len(tokens) - n):

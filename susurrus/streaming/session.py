@@ -117,6 +117,11 @@ class StreamConfig:
     language: str | None = None
     task: str = "transcribe"
 
+    @property
+    def gate_threshold(self) -> float:
+        """The probability at which a VAD frame may be speech: the gate and the guards use it."""
+        return min(self.wake_threshold, self.vad_threshold)
+
     def __post_init__(self) -> None:
         if self.policy not in ("alignatt", "agreement"):
             raise ValueError(f"policy must be 'alignatt' or 'agreement', not {self.policy!r}")
@@ -393,7 +398,7 @@ class StreamSession:
     def _turn_events(self, probs: np.ndarray) -> list[Event]:
         cfg = self.config
         if len(probs):
-            speech = np.flatnonzero(probs >= min(cfg.wake_threshold, cfg.vad_threshold))
+            speech = np.flatnonzero(probs >= cfg.gate_threshold)
             if len(speech):
                 first = self.vad_state.frames_done - len(probs)
                 self.last_speech_ms = float((first + speech[-1] + 1) * FRAME_MS)
@@ -546,8 +551,7 @@ class StreamSession:
         elif (not final and not win.committed and self.previous and win.encoder is not None
               and win.encoder.frames * FRAME_S > cfg.stall_s):
             # a window that commits nothing for a while: decode it again without the prompt
-            self.previous = []
-            win.prefix, win.last_hypothesis, self._rules = None, [], None
+            self._drop_prompt()
         before = win.encoder or EncoderState.empty(self.net)
         lookahead = max(0, round(cfg.lookahead_ms / 1000 / FRAME_S))
         enc = encode_step(self.net, before, win.mel, lookahead, final=final,
@@ -622,6 +626,11 @@ class StreamSession:
             events.extend(self._retry_end())
         return events
 
+    def _drop_prompt(self) -> None:
+        """Decode the window from here on without the text so far as its prompt."""
+        self.previous = []
+        self.window.prefix, self.window.last_hypothesis, self._rules = None, [], None
+
     def _speech_left(self) -> float:
         """Seconds of speech (VAD frames at ``vad_threshold``: the retry must not read a pause's
         possible speech, where Whisper invents; without a VAD, frames above the noise floor) in
@@ -644,8 +653,7 @@ class StreamSession:
         if win.committed:
             self._reanchor()
         elif self.previous:
-            self.previous = []
-            win.prefix, win.last_hypothesis, self._rules = None, [], None
+            self._drop_prompt()
         else:
             return []
         self._retrying = True
@@ -655,7 +663,7 @@ class StreamSession:
         finally:
             self._retrying = False
         new = self.words[n_words:]
-        if new and _says_again([w.word for w in self.words[max(0, n_words - 8):n_words]], [w.word for w in new]):
+        if new and _reads_again([w.word for w in self.words[max(0, n_words - 8):n_words]], [w.word for w in new]):
             # it read the committed words again (their end time was early): not new speech
             self.words = self.words[:n_words]
             self.dropped.extend(new)
@@ -692,8 +700,7 @@ class StreamSession:
         fraction = None
         if self.vad is not None:
             fraction = speech_fraction(self.vad_state, words[0].start * 1000, words[-1].end * 1000,
-                                       threshold=min(self.config.wake_threshold, self.config.vad_threshold),
-                                       pad_ms=300)
+                                       threshold=self.config.gate_threshold, pad_ms=300)
         return hallucination_verdict(text, fraction).drop
 
     def _heard(self, words: list[StreamWord]) -> int:
@@ -702,10 +709,10 @@ class StreamSession:
         if not self.config.hallucination_guard or self.vad is None:
             return len(words)
         keep = len(words)
-        threshold = min(self.config.wake_threshold, self.config.vad_threshold)
         while keep > 0:
             w = words[keep - 1]
-            fraction = speech_fraction(self.vad_state, w.start * 1000, w.end * 1000, threshold=threshold, pad_ms=300)
+            fraction = speech_fraction(self.vad_state, w.start * 1000, w.end * 1000,
+                                       threshold=self.config.gate_threshold, pad_ms=300)
             if fraction is None or fraction >= 0.2:
                 break
             keep -= 1
@@ -971,11 +978,15 @@ def _repeats_third_time(seq: list[int], longest: int = 12) -> bool:
     return False
 
 
+def word_key(word: str) -> str:
+    """A word compared for repetition: no case, no surrounding punctuation."""
+    return word.strip().strip(".,;:!?\"'-…").lower()
+
+
 def _repeats_thrice(before: list[str], new: list[str], longest: int = 8) -> bool:
     """Whether the words ``new`` complete some 1..``longest``-word phrase said three times in
     a row at the end of ``before + new`` (words compared without case and punctuation)."""
-    words = [w.strip().strip(".,;:!?\"'-").lower() for w in before + new]
-    words = [w for w in words if w]
+    words = [k for k in map(word_key, before + new) if k]
     for n in range(1, longest + 1):
         if len(words) >= 3 * n and words[-n:] == words[-2 * n:-n] == words[-3 * n:-2 * n]:
             return True
@@ -992,18 +1003,18 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 def _repeated_tail(words: list[str], limit: int, shortest: int = 3) -> int:
     """How many of the last ``limit`` words repeat, at once, the phrase of 3+ words before them
     ("in being comparatively modern, in being comparatively modern"): 0 if none."""
-    norm = [w.strip().strip(".,;:!?\"'-").lower() for w in words]
+    norm = [word_key(w) for w in words]
     for n in range(min(limit, len(norm) // 2), shortest - 1, -1):
         if norm[-n:] == norm[-2 * n:-n]:
             return n
     return 0
 
 
-def _says_again(committed: list[str], new: list[str]) -> bool:
+def _reads_again(committed: list[str], new: list[str]) -> bool:
     """Whether ``new`` opens with words of ``committed`` in their order (its first two, or its
     only one, within the last committed words): text read again, not new speech."""
-    norm = [w.strip().strip(".,;:!?\"'-").lower() for w in committed]
-    head = [w.strip().strip(".,;:!?\"'-").lower() for w in new[:2]]
+    norm = [word_key(w) for w in committed]
+    head = [word_key(w) for w in new[:2]]
     for i in range(len(norm) - len(head) + 1):
         if norm[i:i + len(head)] == head:
             return True
