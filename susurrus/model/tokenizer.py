@@ -26,7 +26,13 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path: str | Path, multilingual: bool, language: str | None = None,
                   task: str = "transcribe") -> Tokenizer:
-        return cls(tokenizers.Tokenizer.from_file(str(path)), multilingual,
+        return cls.from_json(Path(path).read_text(encoding="utf-8"), multilingual, language, task)
+
+    @classmethod
+    def from_json(cls, text: str, multilingual: bool, language: str | None = None,
+                  task: str = "transcribe") -> Tokenizer:
+        """From a ``tokenizer.json``'s text (``LoadedModel.tokenizer_json``)."""
+        return cls(tokenizers.Tokenizer.from_str(text), multilingual,
                    language if multilingual else "en", task if multilingual else "transcribe")
 
     def with_options(self, language: str | None, task: str) -> Tokenizer:
