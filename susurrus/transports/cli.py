@@ -19,8 +19,8 @@ THREADS_HELP = ("torch threads (default: %(default)s: one thread was 2-5x faster
                 "(docs/benchmarks.md); try more on an idle many-core machine)")
 
 MODEL_HELP = ("model: an embedded name (tiny.en, base), a CTranslate2 directory, a Hugging Face "
-              "checkpoint directory or cached repo id (openai/whisper-small), or an OpenAI .pt file; "
-              "nothing is downloaded (default: %(default)s)")
+              "checkpoint directory or cached repo id (openai/whisper-small), or an OpenAI .pt file, "
+              "any size up to large-v3 and large-v3-turbo; nothing is downloaded (default: %(default)s)")
 
 
 def _add_model_args(p: argparse.ArgumentParser, threads_help: str = THREADS_HELP) -> None:
