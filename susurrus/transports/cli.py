@@ -124,6 +124,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     presets = ["low", "medium", "high"] if args.sweep else (args.presets or "").split(",") if args.presets else [None]
     try:
         configs = [stream_config(p or args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
+                                 silence_context_ms=args.silence_context_ms,
                                  commit_margin_ms=args.commit_margin_ms, policy=args.policy,
                                  first_commit_ms=args.first_commit_ms) for p in presets]
     except ValueError as e:
@@ -199,7 +200,11 @@ def _add_stream_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-ms", type=int_range(20, 5000, " ms"), default=None,
                    help="audio per step, 20..5000 ms (medium: 640)")
     p.add_argument("--lookahead-ms", type=int_range(0, 5000, " ms"), default=None,
-                   help="encoder look-ahead: trailing audio (ms) recomputed at the next step, 0..5000 (medium: 400)")
+                   help="encoder look-ahead: trailing audio (ms) re-encoded in both directions at every step, 0..5000 "
+                        "(medium: 1000)")
+    p.add_argument("--silence-context-ms", type=int_range(0, 5000, " ms"), default=None,
+                   help="silence after the audio encoded at every step as its continuation (Whisper's "
+                        "end-of-audio context), 0..5000 (medium: 500)")
     p.add_argument("--commit-margin-ms", type=int_range(0, 30000, " ms"), default=None,
                    help="commit words the model reads at least this far (ms) before the audio edge (medium: 500)")
     p.add_argument("--policy", choices=["alignatt", "agreement"], default=None,
@@ -237,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "segment bounds)")
     t.add_argument("--without-timestamps", action="store_true",
                    help="decode without timestamp tokens (text only; windows advance by 30 s)")
-    t.add_argument("--initial-prompt", default=None, help="text to condition the first window on")
+    t.add_argument("--initial-prompt", "--prompt", default=None,
+                   help="text to condition the first window on: names, terms, spelling, style")
     t.add_argument("--no-condition-on-previous-text", action="store_true",
                    help="do not feed each window's text to the next as a prompt")
     t.add_argument("--output-format", "-f", choices=[*sorted(WRITERS), "all"], default="txt",
@@ -257,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "the pending words are committed and the outputs written)")
     _add_model_args(s)
     _add_stream_args(s)
+    s.add_argument("--prompt", default=None,
+                   help="text to condition the decoder on in every window (names, terms, spelling), "
+                        "as Whisper's initial prompt offline")
     s.add_argument("--language", type=language_arg, default=None,
                    help="language code or name (multilingual models; default: detect; English-only models "
                         "refuse other languages)")
