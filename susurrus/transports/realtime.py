@@ -28,8 +28,11 @@ one stream with turn detection (:class:`TurnStream`; the stream's ``turns``): ea
 an item, opened at ``input_audio_buffer.speech_started`` (its ``item_id`` is allocated there),
 its committed text streamed as ``delta`` events, ended at ``speech_stopped`` (then
 ``input_audio_buffer.committed``, the turn's last deltas and ``completed``). Audio times are ms
-of the session's audio. ``commit`` forces the end of the open turn; ``clear`` drops the audio not
-yet transcribed and the open turn with it.
+of the session's audio. ``commit`` forces the end of the open turn; ``clear`` drops the turn open
+at that point of the audio (never committed), and only it: it is run in order with the audio,
+so every turn that ended before it is transcribed however far the model is behind, and
+``input_audio_buffer.cleared`` follows everything the earlier audio caused (a commit then a
+clear, as the OpenAI Agents SDK ends its input, keeps the committed turn).
 """
 
 from __future__ import annotations
@@ -443,6 +446,7 @@ class Turn:
     """The open speech turn of a :class:`TurnStream`: the item it becomes."""
 
     id: str
+    start_ms: float = 0.0  # ms of the stream (its SpeechStarted)
     deltas: list[str] = field(default_factory=list)
     interim: str = ""
 
@@ -480,7 +484,8 @@ class TurnStream:
 @dataclass(eq=False)
 class Work:
     """``append`` (samples at the item's rate) or ``commit`` for one item or turn stream; ``end``
-    for a turn stream (its settings changed: the open turn completes, nothing more comes)."""
+    for a turn stream (its settings changed: the open turn completes, nothing more comes) and
+    ``clear`` (its open turn is dropped, nothing more comes)."""
 
     kind: str
     item: Item | TurnStream
@@ -639,6 +644,15 @@ class Transcriber:
                 samples = ts.resampler.process(work.pcm.astype(np.float32) / 32768.0)
                 fed_s = len(samples) / SAMPLE_RATE
                 events += self._feed(ts, samples, final=False, latencies=latencies)
+            elif work.kind == "clear":
+                # the turn open at this point of the audio is dropped (no committed/completed), with
+                # the audio not fed yet; turns that ended before it were completed by earlier work
+                if ts.stream is not None:
+                    open_s = (ts.stream.audio_time - ts.turn.start_ms / 1000) if ts.turn is not None else 0.0
+                    self.metrics.dropped(len(ts.carry) / SAMPLE_RATE + max(0.0, open_s))
+                    self._release(ts)
+                ts.turn, ts.carry, ts.dropped = None, np.zeros(0, np.float32), True
+                events.append(server_event("input_audio_buffer.cleared"))
             else:  # commit or end
                 tail = ts.resampler.flush() if work.kind == "end" else np.zeros(0, np.float32)
                 fed_s = len(tail) / SAMPLE_RATE
@@ -679,7 +693,7 @@ class Transcriber:
         out: list[dict[str, Any]] = []
         for ev in stream_events:
             if isinstance(ev, SpeechStarted):
-                ts.turn = Turn(new_id("item"))
+                ts.turn = Turn(new_id("item"), ev.audio_start_ms)
                 out.append(server_event("input_audio_buffer.speech_started", audio_start_ms=ts.ms(ev.audio_start_ms),
                                         item_id=ts.turn.id))
             elif isinstance(ev, SpeechStopped):
@@ -861,11 +875,13 @@ class RealtimeSession:
         if self.item is not None:
             self.item.dropped = True  # queued appends for it are skipped by the worker
             self.item = None
-        if self.turns is not None:
-            # the same for the turn stream: audio not transcribed yet is dropped, and the open turn
-            # with it (no committed/completed for it); the next audio starts a new stream
-            self.turns.dropped = True
+        if self.settings.server_turns:
+            # in order with the audio: the turns that end before this point are completed however
+            # far behind the model is, the one open here is dropped, and ``cleared`` comes after
+            # all that (from the worker); the next audio starts a new stream
+            work = Work("clear", self._turn_stream())
             self.turns = None
+            return [], [work]
         return [server_event("input_audio_buffer.cleared")], []
 
     def turn(self, signal: TurnSignal) -> tuple[list[dict[str, Any]], list[Work]]:
