@@ -32,6 +32,7 @@ def _add_model_args(p: argparse.ArgumentParser, threads_help: str = THREADS_HELP
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
     from susurrus.transports.cli_args import check_input_file, check_model_options, check_output_dir, save_or_print
+    from susurrus.transports.offline import transcribe_options
 
     out_dir = check_output_dir(args.output_dir)  # before the work, not after it
     for path in args.files:
@@ -45,14 +46,13 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
     model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
     check_model_options(model, args.language, args.task)
     status = 0
+    options = transcribe_options(  # the REST API runs the same options (transports/offline.py)
+        language=args.language, task=args.task, beam_size=args.beam_size, temperature=args.temperature,
+        word_timestamps=args.word_timestamps, without_timestamps=args.without_timestamps,
+        initial_prompt=args.initial_prompt, condition_on_previous_text=not args.no_condition_on_previous_text)
     for path in args.files:
         try:
-            segments, info = model.transcribe(
-                path, language=args.language, task=args.task, beam_size=args.beam_size,
-                word_timestamps=args.word_timestamps, without_timestamps=args.without_timestamps,
-                temperature=args.temperature if args.temperature is not None else
-                (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), initial_prompt=args.initial_prompt,
-                condition_on_previous_text=not args.no_condition_on_previous_text)
+            segments, info = model.transcribe(path, **options)
         except (OSError, ValueError) as err:
             print(f"susurrus: {path}: {err}", file=sys.stderr)
             status = 1
