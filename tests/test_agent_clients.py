@@ -100,7 +100,7 @@ def _agents_turns(server: Any, pcm24: np.ndarray, turn_detection: dict[str, Any]
                 await audio.add_audio(pcm24[i:i + 2400])
                 if realtime:
                     await asyncio.sleep(0.1)
-            await audio.queue.put(None)  # the end of input
+            await audio.add_audio(None)  # the end of input: the SDK commits, then clears
 
         feeding = asyncio.create_task(feed())
         turns = [turn async for turn in session.transcribe_turns()]
