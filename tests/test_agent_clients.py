@@ -150,17 +150,19 @@ def test_agents_sdk_transcribe_is_the_offline_transcription(server, tiny, two_tu
 # ---------------------------------------------------------------------------- LiveKit Agents
 
 
-def test_livekit_openai_plugin_realtime_and_recognize(server, tiny, jfk):
+def test_livekit_openai_plugin_realtime_and_recognize(server, tiny, jfk, two_turns):
     """LiveKit's ``openai.STT(use_realtime=True)`` stream, headless (``http_context.open()``
     stands in for a job's HTTP session; frames are pushed by hand): its server_vad defaults
     (600 ms padding, 350 ms silence), the file and 1 s of silence at once; one final transcript
-    per turn, as the reference. Then ``recognize`` (the REST path, ``whisper-1``: verbose_json)."""
+    per turn, as the reference. Then ``recognize`` (the REST path, ``whisper-1``: verbose_json) on
+    a short recording: the offline text."""
     lk_openai = pytest.importorskip("livekit.plugins.openai", reason="livekit-plugins-openai is not installed")
     from livekit import rtc
     from livekit.agents import stt
     from livekit.agents.utils import http_context
 
     pcm = np.concatenate([jfk, np.zeros(24000, np.int16)])
+    short = two_turns[0]
     expected = reference_turns(tiny, pcm, LIVEKIT_TURNS, commit=False)
 
     async def run() -> tuple[list[str], str]:
@@ -182,13 +184,13 @@ def test_livekit_openai_plugin_realtime_and_recognize(server, tiny, jfk):
             await live.aclose()
             rest = lk_openai.STT(base_url=f"{server.http_url}/v1", api_key="any-key", model="whisper-1",
                                  language="en")
-            recognized = await rest.recognize(buffer=[rtc.AudioFrame(jfk.tobytes(), 24000, 1, len(jfk))])
+            recognized = await rest.recognize(buffer=[rtc.AudioFrame(short.tobytes(), 24000, 1, len(short))])
             await rest.aclose()
             return finals, recognized.alternatives[0].text
 
     finals, text = asyncio.run(asyncio.wait_for(run(), 300))
     assert finals == expected and len(finals) >= 3
-    wav = rtc.combine_audio_frames([rtc.AudioFrame(jfk.tobytes(), 24000, 1, len(jfk))]).to_wav_bytes()
+    wav = rtc.combine_audio_frames([rtc.AudioFrame(short.tobytes(), 24000, 1, len(short))]).to_wav_bytes()
     with _one_torch_thread():
         segments, _ = tiny.transcribe(wav, **transcribe_options(language="en"))
     assert text == "".join(s.text for s in segments).strip()
