@@ -32,6 +32,7 @@ def _add_model_args(p: argparse.ArgumentParser, threads_help: str = THREADS_HELP
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
     from susurrus.transports.cli_args import check_input_file, check_model_options, check_output_dir, save_or_print
+    from susurrus.transports.offline import transcribe_options
 
     out_dir = check_output_dir(args.output_dir)  # before the work, not after it
     for path in args.files:
@@ -45,14 +46,13 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
     model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
     check_model_options(model, args.language, args.task)
     status = 0
+    options = transcribe_options(  # the REST API runs the same options (transports/offline.py)
+        language=args.language, task=args.task, beam_size=args.beam_size, temperature=args.temperature,
+        word_timestamps=args.word_timestamps, without_timestamps=args.without_timestamps,
+        initial_prompt=args.initial_prompt, condition_on_previous_text=not args.no_condition_on_previous_text)
     for path in args.files:
         try:
-            segments, info = model.transcribe(
-                path, language=args.language, task=args.task, beam_size=args.beam_size,
-                word_timestamps=args.word_timestamps, without_timestamps=args.without_timestamps,
-                temperature=args.temperature if args.temperature is not None else
-                (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), initial_prompt=args.initial_prompt,
-                condition_on_previous_text=not args.no_condition_on_previous_text)
+            segments, info = model.transcribe(path, **options)
         except (OSError, ValueError) as err:
             print(f"susurrus: {path}: {err}", file=sys.stderr)
             status = 1
@@ -162,6 +162,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     import susurrus
     from susurrus.transports.realtime import Limits
+    from susurrus.transports.rest import UploadLimits
     from susurrus.transports.server import serve
 
     # with worker processes the server's own copy only names the model (it is checked to load here,
@@ -170,11 +171,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                                 int8_output=args.int8_output)
     limits = Limits(max_message_bytes=args.max_message_kb * 1024, max_buffered_s=args.max_buffered_s,
                     max_sessions=args.max_sessions)
+    uploads = UploadLimits(max_bytes=round(args.max_upload_mb * 1024 * 1024), max_seconds=args.max_upload_s)
     shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0", "::") else args.host
     print(f"susurrus: demo at http://{shown}:{args.port}/ , OpenAI Realtime transcription at "
-          f"ws://{shown}:{args.port}/v1/realtime", file=sys.stderr)
+          f"ws://{shown}:{args.port}/v1/realtime , OpenAI audio REST API at http://{shown}:{args.port}/v1/audio/",
+          file=sys.stderr)
     serve(model, args.host, args.port, limits=limits, api_key=args.api_key, workers=args.workers,
-          threads=args.threads, log_level=args.log_level, sock=sock)
+          threads=args.threads, log_level=args.log_level, sock=sock, uploads=uploads)
     return 0
 
 
@@ -328,11 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--plot", default=None, help="write a WER-versus-latency plot (PNG) here")
     b.set_defaults(func=_cmd_bench)
 
-    v = sub.add_parser("serve", help="realtime server: OpenAI Realtime transcription over WebSocket, browser demo",
+    v = sub.add_parser("serve", help="server: OpenAI Realtime transcription over WebSocket, OpenAI's audio REST "
+                                     "API, browser demo",
                        description="Serve the streaming engine over the OpenAI Realtime transcription protocol "
-                                   "(WebSocket /v1/realtime), with a browser demo at /, /healthz and /metrics "
-                                   "(Prometheus). The streams run in worker processes (--workers), each loading the "
-                                   "model once.")
+                                   "(WebSocket /v1/realtime) and OpenAI's audio REST API (POST "
+                                   "/v1/audio/transcriptions and /v1/audio/translations, GET /v1/models), with a "
+                                   "browser demo at /, /healthz and /metrics (Prometheus). The streams and "
+                                   "transcriptions run in worker processes (--workers), each loading the model once.")
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     v.add_argument("--port", type=int_range(0, 65535), default=8000, help="port (default: %(default)s)")
     _add_model_args(v, "torch threads in each worker process (with --workers 0: in the server process, shared by "
@@ -346,7 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "server process's threads, on one model (about one core in all: the streaming steps hold "
                         "the GIL) (default: the number of CPU cores)")
     v.add_argument("--max-sessions", type=int_range(1), default=16,
-                   help="concurrent sessions; more are refused (default: %(default)s)")
+                   help="concurrent WebSocket sessions and REST transcriptions together; more are refused "
+                        "(default: %(default)s)")
+    v.add_argument("--max-upload-mb", type=float_range(0.0, low_open=True), default=25.0,
+                   help="largest REST upload in MiB (default: %(default)s, OpenAI's)")
+    v.add_argument("--max-upload-s", type=float_range(0.0, low_open=True), default=600.0,
+                   help="longest REST upload in seconds of audio (default: %(default)s)")
     v.add_argument("--max-message-kb", type=int_range(1), default=1024,
                    help="largest client message in KiB (default: %(default)s)")
     v.add_argument("--max-buffered-s", type=float_range(0.0, low_open=True), default=20.0,
