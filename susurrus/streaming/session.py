@@ -592,6 +592,10 @@ class StreamSession:
             # a window that commits nothing for a while: decode it again without the prompt
             self._drop_prompt()
         before = win.encoder or EncoderState.empty(self.net)
+        if final and cfg.task != "transcribe":
+            # a translation reorders the audio: its window's last decode reads the window
+            # encoded as offline, all of it in both directions (once per window)
+            before = EncoderState.empty(self.net)
         lookahead = max(0, round(cfg.lookahead_ms / 1000 / FRAME_S))
         enc = encode_step(self.net, before, win.mel, lookahead, final=final,
                           running_max=self.mel_state.running_max, silence=self._silence_frames)
@@ -896,10 +900,13 @@ class StreamSession:
         agreed = len(tokens)
         if cfg.task != "transcribe":
             # a translation is not aligned with the audio and reorders it: commit whole
-            # sentences that two consecutive steps agree on (LocalAgreement), never the last
-            # token of the hypothesis; the rest waits for the window's last decode
+            # sentences that two consecutive steps agree on (LocalAgreement) and that the
+            # decoder has gone on from (a sentence it translated to the edge of the audio may
+            # still change); the rest waits for the window's last decode
             agreed = _common_prefix(tokens[:-1], self.window.last_hypothesis)
-            while agreed and not self.tokenizer.decode(tokens[agreed - 1:agreed]).rstrip().endswith(SENTENCE_ENDS):
+            tok = self.tokenizer
+            while agreed and not (tok.decode(tokens[agreed - 1:agreed]).rstrip().endswith(SENTENCE_ENDS)
+                                  and _has_letters(tok.decode(tokens[agreed:]))):
                 agreed -= 1
             return agreed
         if cfg.policy == "agreement":

@@ -151,7 +151,7 @@ class SessionSettings:
 
     def stream_config(self) -> StreamConfig:
         cfg = stream_config(self.latency, chunk_ms=self.chunk_ms, lookahead_ms=self.lookahead_ms,
-                            language=self.language)
+                            language=self.language, prompt=self.prompt or None)
         if self.turn_detection is None:
             return cfg
         turns, semantic = turn_config(self.turn_detection)

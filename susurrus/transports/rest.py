@@ -325,7 +325,7 @@ def _streamed(state: Any, samples: np.ndarray, req: AudioRequest, cancel: thread
     def emit(kind: str, value: Any) -> None:
         loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
 
-    future = state.pool.submit(stream_job, state, samples, req.language, req.task, emit, cancel)
+    future = state.pool.submit(stream_job, state, samples, req.language, req.task, emit, cancel, req.prompt or None)
     future.add_done_callback(release)
 
     async def events() -> AsyncIterator[bytes]:

@@ -109,7 +109,7 @@ def offline_job(state: Any, samples: np.ndarray, options: dict[str, Any], cancel
 
 
 def stream_job(state: Any, samples: np.ndarray, language: str | None, task: str,
-               emit: Callable[[str, Any], None], cancel: threading.Event) -> None:
+               emit: Callable[[str, Any], None], cancel: threading.Event, prompt: str | None = None) -> None:
     """``susurrus stream`` on the samples: ``emit("delta", text)`` for each committed piece as it
     is committed, then ``emit("done", transcript)`` (or ``emit("error", body)``)."""
     t0 = compute_clock()
@@ -118,7 +118,7 @@ def stream_job(state: Any, samples: np.ndarray, language: str | None, task: str,
     stream = None
     fed = 0
     try:
-        stream = (state.workers or state.model).stream("medium", language=language, task=task)
+        stream = (state.workers or state.model).stream("medium", language=language, task=task, prompt=prompt)
         block = stream.config.chunk_ms * SAMPLE_RATE // 1000
 
         def send(events: list) -> None:
