@@ -67,6 +67,7 @@ from susurrus.streaming.session import TurnEnded
 from susurrus.streaming.vad import SENTENCE_END, SpeechStarted, SpeechStopped, TurnConfig
 
 SETTINGS: dict[str, dict] = {
+    "plain": {},  # no turn detection: the stream the turns must not be worse than
     "server_vad": {"turns": TurnConfig()},
     "semantic": {"turns": TurnConfig(), "semantic_turns": True},
 }
@@ -141,6 +142,10 @@ def _stats(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.0f} / {statistics.median(xs):.0f}" if xs else "-"
 
 
+def _median(xs: list) -> str:
+    return f"{statistics.median(xs):.0f}" if xs else "-"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny.en")
@@ -208,14 +213,15 @@ def main() -> None:
                 bounds_rows.append(
                     f"| {vname} | {setting} | {reference} | {n} | {n_turns} | {tot['onset'] / n:.0%} "
                     f"| {tot['padded'] / n:.0%} | {tot['end'] / n:.0%} | {tot['audio_end_ok'] / n:.0%} "
-                    f"| {statistics.median(tot['onset_err']):.0f} | {statistics.median(tot['padded_med']):.0f} "
-                    f"| {statistics.median(tot['end_err']):.0f} | {statistics.median(tot['audio_end_med']):.0f} "
+                    f"| {_median(tot['onset_err'])} | {_median(tot['padded_med'])} "
+                    f"| {_median(tot['end_err'])} | {_median(tot['audio_end_med'])} "
                     f"| {tot['split']} | {tot['merged']} / {n_merging} | {tot['missed']} | {tot['false']} |")
             pairs, all_pairs, turn_pairs = [], [], []
             decision, delivery, dec_end, dec_other, del_end, del_other = [], [], [], [], [], []
             outside = n_turns = at_finish = cpu = audio_s = 0.0
             longest = 0.0
-            base = SETTINGS[setting]["turns"].silence_duration_ms
+            turns = SETTINGS[setting].get("turns")
+            base = turns.silence_duration_ms if turns else 0
             for item, _audio, segs, r in runs:
                 closed = [t for t in r.turns if t.stopped is not None]
                 n_turns += len(closed)

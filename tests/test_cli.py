@@ -153,7 +153,7 @@ def test_ctrl_c_ends_a_live_stream_and_writes_what_was_heard(dev_item, tmp_path)
         proc.stdin.write(pcm)
         proc.stdin.flush()
         printed = b""
-        while b"Ask what you" not in printed:  # committed live: the audio has been read this far
+        while b"ask what you" not in printed.lower():  # committed live: the audio has been read this far
             chunk = proc.stdout.read1(4096)
             assert chunk, proc.stderr.read().decode()
             printed += chunk

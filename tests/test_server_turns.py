@@ -176,13 +176,15 @@ def test_client_commit_forces_the_end_of_a_turn_and_the_clock_runs_on(server, sp
     assert len(early) == 2 and all(COMPLETED in t for t in early)  # the error came after both turns
     forced = early[1]
     assert forced[STOPPED]["audio_end_ms"] == pytest.approx(cut / 16, abs=40)  # the commit point
-    assert 0 < len(forced[COMPLETED]["transcript"].split()) < len(segments[1]["text"].split())
+    # the words heard up to the cut (the last one cut short: the decoder guesses its end)
+    assert 0 < len(forced[COMPLETED]["transcript"].split()) <= len(segments[1]["text"].split())
     turns = turns_of(c.events)
     assert turns[:2] == early
     rest = turns[2]  # the rest of the second utterance opens a turn at once
     assert rest[STARTED]["audio_start_ms"] == pytest.approx(cut / 16, abs=100)
+    # the word the cut splits is read twice, in part (one substitution and one insertion of 4 words)
     assert corpus_error_rate([(segments[1]["text"], forced[COMPLETED]["transcript"] + " "
-                               + rest[COMPLETED]["transcript"])]) <= 40.0
+                               + rest[COMPLETED]["transcript"])]) <= 50.0
     assert rest[COMMITTED]["previous_item_id"] == forced["id"]
     check_turns([turns[0]], segments[:1], prefix_ms=300, silence_ms=500)
     check_turns([turns[3]], segments[2:], prefix_ms=300, silence_ms=500, previous=rest["id"])

@@ -76,6 +76,11 @@ from susurrus.streaming.vad import (
 )
 
 FRAME_S = 0.02  # seconds per encoder frame
+# a multilingual stream without a language decides it once the decoder gives one this probability
+# (English dev items: 0.86-0.96 after 1.5 s; Swedish and Spanish are 0.2-0.3 guesses then, and
+# wrong: they wait for detect_ms), and not before this much audio
+DETECT_SURE = 0.8
+DETECT_EARLIEST_S = 1.0
 RETRY_SPEECH_S = 0.5  # speech left 0.5 s past a window's last word that makes its last decode retry
 # Whisper pads a window with digital silence: log-mel at the floor, 8 below the audio's maximum,
 # normalised (floor + 4) / 4 = -0.7 for speech peaking at ~1.2 (dev and hard: 0.9-1.5; the
@@ -608,8 +613,14 @@ class StreamSession:
         events: list[Event] = []
         if self.language is None:
             if n_real * FRAME_S * 1000 < self.config.detect_ms and not final:
-                return []  # too little audio to tell the language yet
-            events.append(self._detect_language())
+                # before detect_ms: decided as soon as the decoder is sure of it (one token over
+                # the stream's own encoding); an unsure language waits for detect_ms
+                sure = n_real * FRAME_S >= DETECT_EARLIEST_S and self._detect_language(sure_only=True)
+                if not sure:
+                    return []
+                events.append(sure)
+            else:
+                events.append(self._detect_language())
         # a decoder that committed nothing for a while may be stuck on a token whose attention
         # glitches past the audio edge: then decode past one such token and let it through
         relaxed = (enc.frames - win.committed_end_frame) * FRAME_S > cfg.commit_margin_ms / 1000 + 2.0
@@ -721,14 +732,20 @@ class StreamSession:
             events = [e for e in events if not isinstance(e, Committed)]
         return events
 
-    def _detect_language(self) -> LanguageDetected:
+    def _detect_language(self, sure_only: bool = False) -> LanguageDetected | None:
         """Pick the window's language as Whisper does offline: from the decoder's first
         prediction over a full (bidirectional) encoding of the window's audio so far, padded
-        to 30 s. One extra encode per window; the incremental encoder's causal frames with
-        the static silence pad mislead multilingual models into English."""
-        mel = normalize(self.window.mel, self.mel_state.running_max)
-        features = self.net.embed_audio(pad_or_trim(mel)[None])
-        ranked = detect_language(self.net, self._base_tokenizer, features)
+        to 30 s (one extra encode per window). ``sure_only``: from the stream's own encoding
+        (the cross-attention buffer: one decoder token), and only a language the decoder gives
+        ``DETECT_SURE``; otherwise None."""
+        if sure_only:
+            cache = DecoderCache(self.cross.kv, [None] * len(self.net.decoder.blocks))
+            ranked = detect_language(self.net, self._base_tokenizer, cache=cache)
+            if ranked[0][1] < DETECT_SURE:
+                return None
+        else:
+            mel = normalize(self.window.mel, self.mel_state.running_max)
+            ranked = detect_language(self.net, self._base_tokenizer, self.net.embed_audio(pad_or_trim(mel)[None]))
         self.language, probability = ranked[0]
         self.tokenizer = self._base_tokenizer.with_options(self.language, self.config.task)
         self.window.prefix = None
