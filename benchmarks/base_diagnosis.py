@@ -13,7 +13,9 @@ pieces as fast as it computes, side by side:
   step. Two pseudo-keys choose the oracle encoder instead: ``encoder=padded`` (``pad=floor``
   or ``pad=zero``) decodes, with the same policy, over the encoder output of the whole window
   padded to 30 s and encoded at once at every step, what offline Whisper reads
-  (``susurrus.evaluation.diagnosis.PaddedWindowSession``);
+  (``susurrus.evaluation.diagnosis.PaddedWindowSession``); ``silence=LEVEL`` keeps the
+  engine's encoder but encodes the silence behind the audio from another constant normalised
+  log-mel level (this checkout's engine: 0; the floor of speech peaking at ~1.2: -0.7);
 * **SimulStreaming**: its AlignAtt policy as published, whisperlivekit's ``simulstreaming``
   backend at its defaults on the same weights (``susurrus.evaluation.simulstreaming``; skipped
   with ``--no-simul`` or when whisperlivekit is not installed);
@@ -53,7 +55,14 @@ from susurrus.audio.io import decode_audio
 from susurrus.evaluation import health
 from susurrus.evaluation.bench import offline_reference, word_latencies
 from susurrus.evaluation.data import SHARED_DATA, read_manifest
-from susurrus.evaluation.diagnosis import ErrorProfile, build_config, error_profile, parse_overrides, session_class
+from susurrus.evaluation.diagnosis import (
+    ErrorProfile,
+    build_config,
+    error_profile,
+    parse_overrides,
+    session_class,
+    static_silence,
+)
 from susurrus.evaluation.metrics import error_counts
 from susurrus.streaming.session import silence_cross_kv
 from susurrus.streaming.vad import load_vad
@@ -127,9 +136,17 @@ def score(item, audio_s: float, text: str, words: list, cpu_s: float, offline_wo
                    reps >= 3 and reps > ref_reps, error_profile(item.text, text))
 
 
+_SILENCES: dict[float, list] = {}  # static_silence per level
+
+
 def stream_engine(net, tokenizer, audio: np.ndarray, spec: str, silence, vad):
     overrides = parse_overrides(spec)
     config = build_config(overrides, language="en")
+    if "silence" in overrides:
+        level = float(overrides["silence"])
+        if level not in _SILENCES:
+            _SILENCES[level] = static_silence(net, level)
+        silence = _SILENCES[level]
     session = session_class(overrides)(net, tokenizer, config, silence, vad)
     block = CHUNK_MS * 16
     c0 = time.process_time()

@@ -4,6 +4,8 @@
   ``key=value,key=value`` on a command line, with look-aheads past what ``StreamConfig``
   accepts (``lookahead_ms`` up to 30 000: the whole window re-encoded in both directions at
   every step);
+* ``silence=LEVEL``: the engine with the silence behind the audio encoded (once, on its own)
+  from another constant log-mel level (:func:`static_silence`);
 * :class:`PaddedWindowSession`: the oracle encoder, the same decoder and commit policy over the
   encoder output of the whole window padded to 30 s and encoded at once at every step, as
   offline Whisper (and SimulStreaming) read it: every frame hears all the audio, and the
@@ -23,13 +25,14 @@ import torch
 
 from susurrus.audio.features import DYNAMIC_RANGE, N_FRAMES, normalize
 from susurrus.evaluation.metrics import normalize as normalize_text
+from susurrus.model.whisper import KV, Whisper
 from susurrus.streaming.encoder import EncoderState
 from susurrus.streaming.session import StreamConfig, StreamSession
 
 # settings StreamConfig validates to a range this benchmark goes past, and how far it may go
 UNCHECKED_MAX = {"lookahead_ms": 30000}
 # pseudo-settings (not StreamConfig fields) that choose the session class
-SESSION_KEYS = ("encoder", "pad")
+SESSION_KEYS = ("encoder", "pad", "silence")
 
 
 def _typed(field: dataclasses.Field, text: str) -> Any:
@@ -106,6 +109,15 @@ class PaddedWindowSession(StreamSession):
         padded[:, :mel.shape[1]] = normalize(mel, top)
         features = self.net.embed_audio(padded[None])
         self.cross.write(0, self.net.decoder.cross_kv(features))
+
+
+@torch.inference_mode()
+def static_silence(net: Whisper, level: float) -> list[KV]:
+    """Cross keys/values of the encoder output of 30 s of a constant normalised log-mel
+    ``level``, encoded on its own: what the engine puts behind the audio (``silence_cross_kv``:
+    level 0 on this checkout; the log-mel floor of speech peaking at ~1.2 is ~-0.7)."""
+    mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), float(level))
+    return net.decoder.cross_kv(net.encoder(mel))
 
 
 def session_class(overrides: dict[str, Any]) -> type[StreamSession]:
