@@ -18,6 +18,7 @@ from susurrus.audio.io import decode_audio
 
 REPO_README = Path(__file__).resolve().parents[1] / "README.md"
 JFK = "jfk_inaugural"  # 11 s, ends "... ask what you can do for your country."
+SHORT = "ljspeech_LJ001-0002"  # 1.9 s: "in being comparatively modern."
 
 
 def readme_snippets() -> list[str]:
@@ -45,7 +46,7 @@ def test_the_readmes_python_snippets_run_as_written(server, tiny, dev_item):
         for i in range(0, len(pcm24), 2400):
             yield pcm24[i:i + 2400]
 
-    transcribe, live, sdk = readme_snippets()
+    transcribe, live, sdk, *servers = readme_snippets()
     assert '"speech.wav"' in transcribe and "ws://127.0.0.1:8000/v1" in sdk
     namespace: dict = {"microphone_blocks": microphone_blocks, "blocks_of_24khz_int16": blocks_of_24khz_int16}
 
@@ -65,3 +66,31 @@ def test_the_readmes_python_snippets_run_as_written(server, tiny, dev_item):
         printed = _run(sdk.replace("ws://127.0.0.1:8000/v1", f"ws://{server.host}:{server.port}/v1"), namespace)
     deltas, transcript = printed.rstrip("\n").rsplit("\n", 1)
     assert transcript == deltas == stream_text(tiny, server_samples(pcm24, 24000))
+
+
+def test_the_readmes_rest_and_agent_snippets_run_as_written(server, tiny, dev_item):
+    """The REST snippet (official SDK), the OpenAI Agents SDK snippet and the LiveKit plugin's
+    (it only builds the STT: using it needs a LiveKit job, or what tests/test_agent_clients.py
+    does), on a short recording and the test server's address."""
+    *_, rest, agents, livekit = readme_snippets()
+    path = dev_item(SHORT).audio
+    audio = decode_audio(path)
+    pcm24 = pcm16_at(audio, 24000)
+    url = f"{server.http_url}/v1"
+    assert '"speech.wav"' in rest and rest.count("http://127.0.0.1:8000/v1") == 1
+    printed = _run(rest.replace('"speech.wav"', repr(str(path))).replace("http://127.0.0.1:8000/v1", url), {})
+    first, *srt, streamed = printed.rstrip("\n").split("\n")  # json's text, the srt file, the deltas
+    assert first.lower().startswith("in being comparatively modern")
+    assert srt[0] == "1" and srt[1].startswith("00:00:00,000 --> ")
+    assert streamed == stream_text(tiny, audio)
+
+    def blocks_of_24khz_int16() -> Iterator[np.ndarray]:
+        for i in range(0, len(pcm24), 2400):
+            yield pcm24[i:i + 2400]
+
+    printed = _run(agents.replace("http://127.0.0.1:8000/v1", url), {"blocks_of_24khz_int16": blocks_of_24khz_int16})
+    assert printed.strip().lower().startswith("in being comparatively modern")
+
+    namespace: dict = {}
+    _run(livekit.replace("http://127.0.0.1:8000/v1", url), namespace)
+    assert namespace["stt"].model == "gpt-4o-transcribe" and namespace["stt"].capabilities.streaming

@@ -239,28 +239,63 @@ def _vad(**td: Any) -> dict[str, Any]:
     return {"type": "session.update", "session": {"audio": {"input": {"turn_detection": td or None}}}}
 
 
-def test_clear_drops_audio_not_transcribed_and_the_clock_counts_it(tiny, speech):
-    """Without a socket: appends queued behind a clear are skipped (the open turn with them);
-    the audio after it opens turns whose times still count the cleared audio."""
+def test_clear_keeps_the_turns_before_it_drops_the_open_one_and_the_clock_counts_it(tiny, speech):
+    """Without a socket, the model far behind the client: a clear one second into the second
+    utterance is run in order with the audio, so the first turn (ended before it) is still
+    transcribed and completed, the open second turn is dropped (never committed) and
+    ``cleared`` comes after all that; the audio after it opens turns whose times count it all."""
     audio, segments = speech
     session = _session()
     _send(session, update_event(rate=16000, audio={"input": {"format": {"type": "audio/pcm", "rate": 16000},
                                                              "turn_detection": {"type": "server_vad"}}}))
     transcriber = Transcriber(tiny, session.metrics)
     pcm = pcm16_at(audio, 16000)
-    cut = round((segments[1]["start_s"] - 0.5) * 16000)
+    cut = round((segments[1]["start_s"] + 1.0) * 16000)
     first = [w for i in range(0, cut, 3200) for w in _send(session, append_event(pcm[i:min(i + 3200, cut)]))[1]]
-    ran = [transcriber.run(w) for w in first[:2]]  # 0.4 s transcribed, the rest still queued
-    events, none = _send(session, {"type": "input_audio_buffer.clear"})
-    assert events[0]["type"] == "input_audio_buffer.cleared" and not none
-    dropped = [transcriber.run(w) for w in first[2:]]
-    assert all(not r.events for r in ran + dropped)  # no speech yet in the first 0.4 s; the rest skipped
-    assert session.metrics.audio_dropped_seconds == pytest.approx((cut - 6400) / 16000, abs=1e-6)
-    events = []
+    events = [e for w in first[:2] for e in transcriber.run(w).events]  # 0.4 s transcribed, the rest queued
+    now, clear = _send(session, {"type": "input_audio_buffer.clear"})
+    assert not now and [w.kind for w in clear] == ["clear"]  # cleared comes in order, from the worker
+    events += [e for w in first[2:] + clear for e in transcriber.run(w).events]
+    assert events[-1]["type"] == "input_audio_buffer.cleared"
+    before = turns_of(events)
+    assert len(before) == 2 and COMPLETED not in before[1] and COMMITTED not in before[1]
+    check_turns(before[:1], segments[:1], prefix_ms=300, silence_ms=500)
+    dropped = session.metrics.audio_dropped_seconds  # the open turn's audio
+    assert cut / 16000 - segments[1]["start_s"] <= dropped <= cut / 16000 - segments[1]["start_s"] + 0.5
+    after = []
     for i in range(cut, len(pcm), 3200):
         for work in _send(session, append_event(pcm[i:i + 3200]))[1]:
-            events += transcriber.run(work).events
-    check_turns(turns_of(events), segments[1:], prefix_ms=300, silence_ms=500)
+            after += transcriber.run(work).events
+    turns = turns_of(after)  # the rest of the second utterance, then the third
+    assert len(turns) == 2 and turns[0][STARTED]["audio_start_ms"] == pytest.approx(cut / 16, abs=100)
+    check_turns(turns[1:], segments[2:], prefix_ms=300, silence_ms=500, previous=turns[0]["id"])
+
+
+def test_commit_then_clear_keeps_the_committed_audio(tiny, speech):
+    """What the OpenAI Agents SDK sends at the end of its input, the model far behind: commit,
+    then clear at once. Client commits: the item completes with all its words. Server turn
+    detection: the last turn completes, before ``cleared``."""
+    audio, segments = speech
+    pcm = pcm16_at(audio, 16000)[:round((segments[0]["end_s"] + 0.2) * 16000)]  # ends inside the turn
+    for td in (None, {"type": "server_vad"}):
+        session = _session()
+        _send(session, update_event(rate=16000, audio={"input": {"format": {"type": "audio/pcm", "rate": 16000},
+                                                                 "turn_detection": td}}))
+        transcriber = Transcriber(tiny, session.metrics)
+        works = [w for i in range(0, len(pcm), 3200) for w in _send(session, append_event(pcm[i:i + 3200]))[1]]
+        now = []
+        for event in ({"type": "input_audio_buffer.commit"}, {"type": "input_audio_buffer.clear"}):
+            sent, more = _send(session, event)
+            now, works = now + sent, works + more
+        events = now + [e for w in works for e in transcriber.run(w).events]
+        assert not [e for e in events if e["type"] == "error"], events
+        completed = [e for e in events if e["type"] == COMPLETED]
+        assert len(completed) == 1 and corpus_error_rate([(segments[0]["text"], completed[0]["transcript"])]) <= 25
+        types = [e["type"] for e in events]
+        assert types.index(COMMITTED) < types.index("input_audio_buffer.cleared")
+        if td is not None:
+            assert types[-1] == "input_audio_buffer.cleared"
+        assert session.metrics.audio_dropped_seconds == 0.0
 
 
 def test_turn_detection_settings_map_onto_the_stream():

@@ -100,3 +100,18 @@ def test_incremental_encoder_caches_the_past_and_stays_close(tiny, audio):
     assert out.shape == ref.shape
     cos = torch.nn.functional.cosine_similarity(out[0], ref[0], dim=-1)
     assert cos.mean() > 0.8
+
+
+def test_silence_context_leaves_the_audio_frames_unchanged(tiny, audio):
+    """The silence after the audio is encoded as its continuation (it attends to the audio);
+    the audio's frames never attend to it, so their outputs and cache are the same."""
+    power = mel_power(audio[: 16000 * 4])[:, :400]
+    top = float(power.max())
+    plain = encode_step(tiny.net, EncoderState.empty(tiny.net), power, 20, running_max=top)
+    with_silence = encode_step(tiny.net, EncoderState.empty(tiny.net), power, 20, running_max=top, silence=25)
+    assert plain.silence_out is None and with_silence.silence_out.shape == (1, 25, tiny.net.dims.n_audio_state)
+    assert torch.allclose(plain.outputs(), with_silence.outputs(), atol=1e-4)
+    assert plain.cache.length == with_silence.cache.length
+    # the continuation differs from silence encoded alone (it heard the speech)
+    alone = tiny.net.encoder(torch.full((1, tiny.net.dims.n_mels, 3000), (top - 8 + 4) / 4))
+    assert (with_silence.silence_out[0] - alone[0, 199:224]).abs().mean() > 0.05

@@ -150,6 +150,21 @@ def test_multilingual_stream_detects_the_language(base, dev_item):
     assert corpus_error_rate([(item.text, stream.text)], "fr") <= corpus_error_rate([(item.text, offline)], "fr") + 25
 
 
+def test_a_stream_of_two_languages_in_turn_detects_both(base, dev_item):
+    """Language detection runs again at each window's start after a pause: German, a pause,
+    then French (nothing given) is transcribed in each language."""
+    german, french = (dev_item(f"picovoice_test_{lang}") for lang in ("de", "fr"))
+    gap = np.zeros(int(2.0 * SR), np.float32)
+    audio = np.concatenate([decode_audio(german.audio), gap, decode_audio(french.audio)])
+    stream, events = _run(base, audio)
+    assert [e.language for e in events if isinstance(e, LanguageDetected)] == ["de", "fr"]
+    split = len(decode_audio(german.audio)) / SR + 1.0  # the middle of the pause
+    de_text = "".join(w.word for w in stream.words if w.start < split)
+    fr_text = "".join(w.word for w in stream.words if w.start >= split)
+    assert corpus_error_rate([(german.text, de_text)], "de") <= 50
+    assert corpus_error_rate([(french.text, fr_text)], "fr") <= 40
+
+
 def test_stream_command_prints_one_line_per_turn(dev_items, tmp_path):
     import subprocess
     import sys

@@ -26,6 +26,9 @@ class EncoderState:
     cache: EncoderCache
     final_out: torch.Tensor  # (1, finalised, width): outputs of frames no longer recomputed
     provisional_out: torch.Tensor  # (1, k, width): outputs of frames recomputed next step
+    # (1, p, width): the first frames of the silence after the audio, encoded as its
+    # continuation (they attend to the audio; the audio's frames do not attend to them)
+    silence_out: torch.Tensor | None = None
 
     @classmethod
     def empty(cls, net: Whisper) -> EncoderState:
@@ -81,18 +84,35 @@ def stem_frames(net: Whisper, mel: torch.Tensor, j0: int, j1: int,
 
 @torch.inference_mode()
 def encode_step(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead: int | None,
-                final: bool = False, running_max: float | None = None) -> EncoderState:
+                final: bool = False, running_max: float | None = None, silence: int = 0) -> EncoderState:
     """Encode the frames of ``mel`` (n_mels, M) not yet final (``mel`` normalised, or log10
     power with ``running_max`` to normalise the frames read).
 
     ``lookahead`` is the number of trailing frames kept provisional (``None``: all of them
-    until ``final``). Returns the new state; nothing in ``state`` is modified."""
+    until ``final``). ``silence``: also encode this many frames of digital silence after the
+    audio (Whisper's padding, the log-mel floor) in the same pass, attending to the audio
+    (``silence_out``), as offline Whisper's padding frames attend to the speech before them;
+    the audio's frames do not attend to them, so its outputs do not change. Returns the new
+    state; nothing in ``state`` is modified."""
     available = min(ready_frames(mel.shape[1], final), net.dims.n_audio_ctx)
     start = state.finalized
     if available <= start:
         return state
     frames = stem_frames(net, mel, start, available, running_max)
-    out, cache = net.encoder.forward_frames(frames, state.cache)
+    silence = max(0, min(silence, net.dims.n_audio_ctx - available))
+    mask = None
+    if silence:
+        # the floor: log10 power max - 8 (normalised here), or max - 2 once normalised
+        floor = running_max - DYNAMIC_RANGE if running_max is not None else float(mel.max()) - DYNAMIC_RANGE / 4
+        m_end = min(mel.shape[1], 2 * available + 2)  # mel frames the pad's first frames read
+        ext = torch.cat([mel[:, :m_end], torch.full((mel.shape[0], 2 * silence + 2), floor)], dim=1)
+        frames = torch.cat([frames, stem_frames(net, ext, available, available + silence, running_max)], dim=1)
+        n_new = available - start
+        mask = torch.zeros(n_new + silence, state.cache.length + n_new + silence)
+        mask[:n_new, state.cache.length + n_new:] = -float("inf")
+    out, cache = net.encoder.forward_frames(frames, state.cache, mask)
+    silence_out = out[:, available - start:] if silence else None
+    out = out[:, :available - start]
     if final:
         keep = available - start
     elif lookahead is None:
@@ -104,4 +124,4 @@ def encode_step(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead:
                                for kv in cache.layers]
     return EncoderState(EncoderCache(layers),
                         torch.cat([state.final_out, out[:, :keep]], dim=1),
-                        out[:, keep:])
+                        out[:, keep:], silence_out)

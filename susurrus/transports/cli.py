@@ -32,6 +32,7 @@ def _add_model_args(p: argparse.ArgumentParser, threads_help: str = THREADS_HELP
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
     from susurrus.transports.cli_args import check_input_file, check_model_options, check_output_dir, save_or_print
+    from susurrus.transports.offline import transcribe_options
 
     out_dir = check_output_dir(args.output_dir)  # before the work, not after it
     for path in args.files:
@@ -45,14 +46,13 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
     model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
     check_model_options(model, args.language, args.task)
     status = 0
+    options = transcribe_options(  # the REST API runs the same options (transports/offline.py)
+        language=args.language, task=args.task, beam_size=args.beam_size, temperature=args.temperature,
+        word_timestamps=args.word_timestamps, without_timestamps=args.without_timestamps,
+        initial_prompt=args.initial_prompt, condition_on_previous_text=not args.no_condition_on_previous_text)
     for path in args.files:
         try:
-            segments, info = model.transcribe(
-                path, language=args.language, task=args.task, beam_size=args.beam_size,
-                word_timestamps=args.word_timestamps, without_timestamps=args.without_timestamps,
-                temperature=args.temperature if args.temperature is not None else
-                (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), initial_prompt=args.initial_prompt,
-                condition_on_previous_text=not args.no_condition_on_previous_text)
+            segments, info = model.transcribe(path, **options)
         except (OSError, ValueError) as err:
             print(f"susurrus: {path}: {err}", file=sys.stderr)
             status = 1
@@ -124,6 +124,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     presets = ["low", "medium", "high"] if args.sweep else (args.presets or "").split(",") if args.presets else [None]
     try:
         configs = [stream_config(p or args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
+                                 silence_context_ms=args.silence_context_ms,
                                  commit_margin_ms=args.commit_margin_ms, policy=args.policy,
                                  first_commit_ms=args.first_commit_ms) for p in presets]
     except ValueError as e:
@@ -161,6 +162,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     import susurrus
     from susurrus.transports.realtime import Limits
+    from susurrus.transports.rest import UploadLimits
     from susurrus.transports.server import serve
 
     # with worker processes the server's own copy only names the model (it is checked to load here,
@@ -169,11 +171,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                                 int8_output=args.int8_output)
     limits = Limits(max_message_bytes=args.max_message_kb * 1024, max_buffered_s=args.max_buffered_s,
                     max_sessions=args.max_sessions)
+    uploads = UploadLimits(max_bytes=round(args.max_upload_mb * 1024 * 1024), max_seconds=args.max_upload_s)
     shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0", "::") else args.host
     print(f"susurrus: demo at http://{shown}:{args.port}/ , OpenAI Realtime transcription at "
-          f"ws://{shown}:{args.port}/v1/realtime", file=sys.stderr)
+          f"ws://{shown}:{args.port}/v1/realtime , OpenAI audio REST API at http://{shown}:{args.port}/v1/audio/",
+          file=sys.stderr)
     serve(model, args.host, args.port, limits=limits, api_key=args.api_key, workers=args.workers,
-          threads=args.threads, log_level=args.log_level, sock=sock)
+          threads=args.threads, log_level=args.log_level, sock=sock, uploads=uploads)
     return 0
 
 
@@ -199,7 +203,11 @@ def _add_stream_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-ms", type=int_range(20, 5000, " ms"), default=None,
                    help="audio per step, 20..5000 ms (medium: 640)")
     p.add_argument("--lookahead-ms", type=int_range(0, 5000, " ms"), default=None,
-                   help="encoder look-ahead: trailing audio (ms) recomputed at the next step, 0..5000 (medium: 400)")
+                   help="encoder look-ahead: trailing audio (ms) re-encoded in both directions at every step, 0..5000 "
+                        "(medium: 1000)")
+    p.add_argument("--silence-context-ms", type=int_range(0, 5000, " ms"), default=None,
+                   help="silence after the audio encoded at every step as its continuation (Whisper's "
+                        "end-of-audio context), 0..5000 (medium: 500)")
     p.add_argument("--commit-margin-ms", type=int_range(0, 30000, " ms"), default=None,
                    help="commit words the model reads at least this far (ms) before the audio edge (medium: 500)")
     p.add_argument("--policy", choices=["alignatt", "agreement"], default=None,
@@ -237,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "segment bounds)")
     t.add_argument("--without-timestamps", action="store_true",
                    help="decode without timestamp tokens (text only; windows advance by 30 s)")
-    t.add_argument("--initial-prompt", default=None, help="text to condition the first window on")
+    t.add_argument("--initial-prompt", "--prompt", default=None,
+                   help="text to condition the first window on: names, terms, spelling, style")
     t.add_argument("--no-condition-on-previous-text", action="store_true",
                    help="do not feed each window's text to the next as a prompt")
     t.add_argument("--output-format", "-f", choices=[*sorted(WRITERS), "all"], default="txt",
@@ -257,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "the pending words are committed and the outputs written)")
     _add_model_args(s)
     _add_stream_args(s)
+    s.add_argument("--prompt", default=None,
+                   help="text to condition the decoder on in every window (names, terms, spelling), "
+                        "as Whisper's initial prompt offline")
     s.add_argument("--language", type=language_arg, default=None,
                    help="language code or name (multilingual models; default: detect; English-only models "
                         "refuse other languages)")
@@ -319,11 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--plot", default=None, help="write a WER-versus-latency plot (PNG) here")
     b.set_defaults(func=_cmd_bench)
 
-    v = sub.add_parser("serve", help="realtime server: OpenAI Realtime transcription over WebSocket, browser demo",
+    v = sub.add_parser("serve", help="server: OpenAI Realtime transcription over WebSocket, OpenAI's audio REST "
+                                     "API, browser demo",
                        description="Serve the streaming engine over the OpenAI Realtime transcription protocol "
-                                   "(WebSocket /v1/realtime), with a browser demo at /, /healthz and /metrics "
-                                   "(Prometheus). The streams run in worker processes (--workers), each loading the "
-                                   "model once.")
+                                   "(WebSocket /v1/realtime) and OpenAI's audio REST API (POST "
+                                   "/v1/audio/transcriptions and /v1/audio/translations, GET /v1/models), with a "
+                                   "browser demo at /, /healthz and /metrics (Prometheus). The streams and "
+                                   "transcriptions run in worker processes (--workers), each loading the model once.")
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     v.add_argument("--port", type=int_range(0, 65535), default=8000, help="port (default: %(default)s)")
     _add_model_args(v, "torch threads in each worker process (with --workers 0: in the server process, shared by "
@@ -337,7 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "server process's threads, on one model (about one core in all: the streaming steps hold "
                         "the GIL) (default: the number of CPU cores)")
     v.add_argument("--max-sessions", type=int_range(1), default=16,
-                   help="concurrent sessions; more are refused (default: %(default)s)")
+                   help="concurrent WebSocket sessions and REST transcriptions together; more are refused "
+                        "(default: %(default)s)")
+    v.add_argument("--max-upload-mb", type=float_range(0.0, low_open=True), default=25.0,
+                   help="largest REST upload in MiB (default: %(default)s, OpenAI's)")
+    v.add_argument("--max-upload-s", type=float_range(0.0, low_open=True), default=600.0,
+                   help="longest REST upload in seconds of audio (default: %(default)s)")
     v.add_argument("--max-message-kb", type=int_range(1), default=1024,
                    help="largest client message in KiB (default: %(default)s)")
     v.add_argument("--max-buffered-s", type=float_range(0.0, low_open=True), default=20.0,

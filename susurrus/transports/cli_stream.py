@@ -72,6 +72,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     # everything that can be checked is checked before the model loads and the audio is read
     turns = TurnConfig(silence_duration_ms=args.silence_ms) if args.turns or args.semantic_turns else None
     settings = dict(chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms, commit_margin_ms=args.commit_margin_ms,
+                    silence_context_ms=args.silence_context_ms, prompt=args.prompt,
                     policy=args.policy, first_commit_ms=args.first_commit_ms, language=args.language,
                     task=args.task, vad=not args.no_vad, turns=turns, semantic_turns=args.semantic_turns)
     try:

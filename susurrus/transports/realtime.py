@@ -28,8 +28,11 @@ one stream with turn detection (:class:`TurnStream`; the stream's ``turns``): ea
 an item, opened at ``input_audio_buffer.speech_started`` (its ``item_id`` is allocated there),
 its committed text streamed as ``delta`` events, ended at ``speech_stopped`` (then
 ``input_audio_buffer.committed``, the turn's last deltas and ``completed``). Audio times are ms
-of the session's audio. ``commit`` forces the end of the open turn; ``clear`` drops the audio not
-yet transcribed and the open turn with it.
+of the session's audio. ``commit`` forces the end of the open turn; ``clear`` drops the turn open
+at that point of the audio (never committed), and only it: it is run in order with the audio,
+so every turn that ended before it is transcribed however far the model is behind, and
+``input_audio_buffer.cleared`` follows everything the earlier audio caused (a commit then a
+clear, as the OpenAI Agents SDK ends its input, keeps the committed turn).
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ import base64
 import binascii
 import json
 import secrets
-import threading
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
@@ -57,6 +59,7 @@ from susurrus.streaming.session import (
     stream_config,
 )
 from susurrus.streaming.vad import SpeechStarted, SpeechStopped, TurnConfig
+from susurrus.transports.metrics import Metrics
 from susurrus.transports.workers import compute_clock
 
 SAMPLE_RATE = 16000
@@ -408,100 +411,6 @@ def turn_policy_for(turn_detection: dict[str, Any] | None) -> TurnPolicy:
     return ManualTurns()
 
 
-# ---------------------------------------------------------------------------- metrics
-
-
-LATENCY_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
-
-
-class Metrics:
-    """Server counters, exposed in the Prometheus text format by :meth:`render`. Thread-safe."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.sessions_open = 0
-        self.sessions_total = 0
-        self.sessions_refused: dict[str, int] = {}
-        self.audio_seconds = 0.0
-        self.audio_dropped_seconds = 0.0
-        self.compute_seconds = 0.0
-        self.items_completed = 0
-        self.words = 0
-        self.latency_buckets = [0] * len(LATENCY_BUCKETS)
-        self.latency_sum = 0.0
-        self.errors: dict[tuple[str, str], int] = {}
-        self.workers = 0  # model worker processes (0: the server's own threads)
-        self.worker_restarts = 0
-
-    def error(self, type: str, code: str) -> None:
-        with self.lock:
-            self.errors[(type, code)] = self.errors.get((type, code), 0) + 1
-
-    def refused(self, reason: str) -> None:
-        with self.lock:
-            self.sessions_refused[reason] = self.sessions_refused.get(reason, 0) + 1
-
-    def processed(self, audio_s: float, compute_s: float, word_latencies: Iterable[float]) -> None:
-        with self.lock:
-            self.audio_seconds += audio_s
-            self.compute_seconds += compute_s
-            for lat in word_latencies:
-                self.words += 1
-                self.latency_sum += lat
-                for i, bound in enumerate(LATENCY_BUCKETS):
-                    if lat <= bound:
-                        self.latency_buckets[i] += 1
-
-    def dropped(self, audio_s: float) -> None:
-        with self.lock:
-            self.audio_dropped_seconds += audio_s
-
-    def render(self) -> str:
-        with self.lock:
-            out = [
-                "# HELP susurrus_sessions_open Realtime sessions open now.",
-                "# TYPE susurrus_sessions_open gauge",
-                f"susurrus_sessions_open {self.sessions_open}",
-                "# HELP susurrus_sessions_total Realtime sessions accepted since start.",
-                "# TYPE susurrus_sessions_total counter",
-                f"susurrus_sessions_total {self.sessions_total}",
-                "# HELP susurrus_sessions_refused_total Connections refused, by reason.",
-                "# TYPE susurrus_sessions_refused_total counter",
-                *(f'susurrus_sessions_refused_total{{reason="{r}"}} {n}'
-                  for r, n in sorted(self.sessions_refused.items())),
-                "# HELP susurrus_audio_seconds_total Seconds of audio transcribed.",
-                "# TYPE susurrus_audio_seconds_total counter",
-                f"susurrus_audio_seconds_total {self.audio_seconds:.3f}",
-                "# HELP susurrus_audio_dropped_seconds_total Accepted audio never transcribed: cleared, or its "
-                "client left.",
-                "# TYPE susurrus_audio_dropped_seconds_total counter",
-                f"susurrus_audio_dropped_seconds_total {self.audio_dropped_seconds:.3f}",
-                "# HELP susurrus_compute_seconds_total Wall seconds the model worked (all sessions).",
-                "# TYPE susurrus_compute_seconds_total counter",
-                f"susurrus_compute_seconds_total {self.compute_seconds:.3f}",
-                "# HELP susurrus_workers Model worker processes (0: streams run in the server process).",
-                "# TYPE susurrus_workers gauge",
-                f"susurrus_workers {self.workers}",
-                "# HELP susurrus_worker_restarts_total Model worker processes that died and were restarted.",
-                "# TYPE susurrus_worker_restarts_total counter",
-                f"susurrus_worker_restarts_total {self.worker_restarts}",
-                "# HELP susurrus_items_completed_total Items transcribed to completion.",
-                "# TYPE susurrus_items_completed_total counter",
-                f"susurrus_items_completed_total {self.items_completed}",
-                "# HELP susurrus_word_latency_seconds Audio fed after a word's end before it was committed.",
-                "# TYPE susurrus_word_latency_seconds histogram",
-            ]
-            for bound, n in zip(LATENCY_BUCKETS, self.latency_buckets):
-                out.append(f'susurrus_word_latency_seconds_bucket{{le="{bound}"}} {n}')
-            out += [f'susurrus_word_latency_seconds_bucket{{le="+Inf"}} {self.words}',
-                    f"susurrus_word_latency_seconds_sum {self.latency_sum:.3f}",
-                    f"susurrus_word_latency_seconds_count {self.words}",
-                    "# HELP susurrus_errors_total Error events sent, by error type and code.",
-                    "# TYPE susurrus_errors_total counter"]
-            out += [f'susurrus_errors_total{{type="{t}",code="{c}"}} {n}' for (t, c), n in sorted(self.errors.items())]
-        return "\n".join(out) + "\n"
-
-
 # ---------------------------------------------------------------------------- items and work
 
 
@@ -537,6 +446,7 @@ class Turn:
     """The open speech turn of a :class:`TurnStream`: the item it becomes."""
 
     id: str
+    start_ms: float = 0.0  # ms of the stream (its SpeechStarted)
     deltas: list[str] = field(default_factory=list)
     interim: str = ""
 
@@ -574,7 +484,8 @@ class TurnStream:
 @dataclass(eq=False)
 class Work:
     """``append`` (samples at the item's rate) or ``commit`` for one item or turn stream; ``end``
-    for a turn stream (its settings changed: the open turn completes, nothing more comes)."""
+    for a turn stream (its settings changed: the open turn completes, nothing more comes) and
+    ``clear`` (its open turn is dropped, nothing more comes)."""
 
     kind: str
     item: Item | TurnStream
@@ -733,6 +644,15 @@ class Transcriber:
                 samples = ts.resampler.process(work.pcm.astype(np.float32) / 32768.0)
                 fed_s = len(samples) / SAMPLE_RATE
                 events += self._feed(ts, samples, final=False, latencies=latencies)
+            elif work.kind == "clear":
+                # the turn open at this point of the audio is dropped (no committed/completed), with
+                # the audio not fed yet; turns that ended before it were completed by earlier work
+                if ts.stream is not None:
+                    open_s = (ts.stream.audio_time - ts.turn.start_ms / 1000) if ts.turn is not None else 0.0
+                    self.metrics.dropped(len(ts.carry) / SAMPLE_RATE + max(0.0, open_s))
+                    self._release(ts)
+                ts.turn, ts.carry, ts.dropped = None, np.zeros(0, np.float32), True
+                events.append(server_event("input_audio_buffer.cleared"))
             else:  # commit or end
                 tail = ts.resampler.flush() if work.kind == "end" else np.zeros(0, np.float32)
                 fed_s = len(tail) / SAMPLE_RATE
@@ -773,7 +693,7 @@ class Transcriber:
         out: list[dict[str, Any]] = []
         for ev in stream_events:
             if isinstance(ev, SpeechStarted):
-                ts.turn = Turn(new_id("item"))
+                ts.turn = Turn(new_id("item"), ev.audio_start_ms)
                 out.append(server_event("input_audio_buffer.speech_started", audio_start_ms=ts.ms(ev.audio_start_ms),
                                         item_id=ts.turn.id))
             elif isinstance(ev, SpeechStopped):
@@ -955,11 +875,13 @@ class RealtimeSession:
         if self.item is not None:
             self.item.dropped = True  # queued appends for it are skipped by the worker
             self.item = None
-        if self.turns is not None:
-            # the same for the turn stream: audio not transcribed yet is dropped, and the open turn
-            # with it (no committed/completed for it); the next audio starts a new stream
-            self.turns.dropped = True
+        if self.settings.server_turns:
+            # in order with the audio: the turns that end before this point are completed however
+            # far behind the model is, the one open here is dropped, and ``cleared`` comes after
+            # all that (from the worker); the next audio starts a new stream
+            work = Work("clear", self._turn_stream())
             self.turns = None
+            return [], [work]
         return [server_event("input_audio_buffer.cleared")], []
 
     def turn(self, signal: TurnSignal) -> tuple[list[dict[str, Any]], list[Work]]:

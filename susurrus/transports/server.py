@@ -2,6 +2,8 @@
 
 - ``/v1/realtime`` (and ``/realtime``): WebSocket speaking the OpenAI Realtime transcription
   protocol (``realtime.py``);
+- ``/v1/audio/transcriptions``, ``/v1/audio/translations``, ``/v1/models``: OpenAI's audio REST
+  API (``rest.py``), on the same workers, limits and metrics;
 - ``/healthz``: JSON status; ``/metrics``: Prometheus text;
 - ``/``: the browser demo (``web/``).
 
@@ -23,6 +25,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,6 +39,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from susurrus.transports import rest
 from susurrus.transports.listen import listen_socket
 from susurrus.transports.realtime import (
     INVALID_API_KEY,
@@ -66,6 +70,8 @@ class ServerState:
     metrics: Metrics = field(default_factory=Metrics)
     extensions: bool = True
     workers: WorkerPool | None = None  # None: streams run in this process, on ``model``
+    uploads: rest.UploadLimits = field(default_factory=rest.UploadLimits)
+    started: float = field(default_factory=time.time)
 
     @property
     def transcriber(self) -> Transcriber:
@@ -112,7 +118,7 @@ async def realtime_endpoint(ws: WebSocket) -> None:
         await _refuse(ws, state, err, CLOSE_POLICY, subprotocol)
         return
     with state.metrics.lock:  # the loop is single-threaded, so this check-and-take is atomic
-        full = state.metrics.sessions_open >= state.limits.max_sessions
+        full = state.metrics.sessions_open + state.metrics.requests_open >= state.limits.max_sessions
         if not full:
             state.metrics.sessions_open += 1
             state.metrics.sessions_total += 1
@@ -234,7 +240,8 @@ def default_workers() -> int:
 
 
 def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None = None, workers: int | None = None,
-               threads: int | None = None, extensions: bool = True) -> Starlette:
+               threads: int | None = None, extensions: bool = True,
+               uploads: rest.UploadLimits | None = None) -> Starlette:
     """The ASGI app around a loaded :class:`~susurrus.api.WhisperModel`.
 
     ``workers``: processes hosting the streams, each loading the model again with ``threads``
@@ -261,6 +268,7 @@ def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None 
     routes = [
         WebSocketRoute("/v1/realtime", realtime_endpoint),
         WebSocketRoute("/realtime", realtime_endpoint),
+        *rest.routes(),
         Route("/healthz", healthz),
         Route("/metrics", metrics),
         Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"),
@@ -275,7 +283,8 @@ def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None 
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.susurrus = ServerState(model=model, limits=limits, api_key=api_key, pool=pool, metrics=counters,
-                                     extensions=extensions, workers=worker_pool)
+                                     extensions=extensions, workers=worker_pool,
+                                     uploads=uploads or rest.UploadLimits())
     return app
 
 
@@ -295,13 +304,14 @@ def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_lev
 
 def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, *, limits: Limits | None = None,
           api_key: str | None = None, workers: int | None = None, threads: int | None = None,
-          log_level: str = "info", sock: socket.socket | None = None) -> None:
+          log_level: str = "info", sock: socket.socket | None = None, uploads: rest.UploadLimits | None = None
+          ) -> None:
     """Run the server until interrupted; ``sock``: one from :func:`listen_socket` (made here when not given)."""
     import uvicorn
 
     limits = limits or Limits()
     sock = sock or listen_socket(host, port)
-    app = create_app(model, limits=limits, api_key=api_key, workers=workers, threads=threads)
+    app = create_app(model, limits=limits, api_key=api_key, workers=workers, threads=threads, uploads=uploads)
     uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run(sockets=[sock])
 
 

@@ -13,6 +13,11 @@ worker resolves the callers' futures. A worker that exits fails its pending and 
 :class:`WorkerDied` (the server reports a ``failed`` / ``error`` event) and is restarted. Replies
 carry the worker's compute time; :func:`compute_clock` counts it in place of the wait, so the
 server's compute metrics are those of the model, not of the queue in front of it.
+
+``pool.iterate(fn, *args)`` runs other jobs there too (the REST API's offline transcriptions):
+``fn(model, *args)`` returns an iterator in the worker, and each ``next()`` on the returned
+:class:`RemoteIterator` is one request, so a long job is cut into steps (a 30 s window each)
+and the streams pinned to that worker wait for one step at most, never for the whole job.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -88,7 +93,9 @@ def _portable(err: BaseException) -> BaseException:
 
 def _worker_main(conn: Connection, spec: ModelSpec) -> None:
     """A worker's loop: load the model, then run requests ``(id, op, session, arg)`` in order and
-    answer ``(id, ok, result or exception, compute seconds, session's samples_fed)``."""
+    answer ``(id, ok, result or exception, compute seconds, session's samples_fed)``. A session
+    is a stream, or an iterator (``iterate``: ``next`` answers ``(True, item)`` or ``(False, None)``
+    at its end)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server shuts us down
@@ -126,6 +133,15 @@ def _worker_main(conn: Connection, spec: ModelSpec) -> None:
                 result = sessions[sid].finish()
             elif op == "get":
                 result = getattr(sessions[sid], arg)
+            elif op == "iterate":
+                fn, args = arg
+                sessions[sid] = iter(fn(model, *args))
+                result = None
+            elif op == "next":
+                try:
+                    result = (True, next(sessions[sid]))
+                except StopIteration:
+                    result = (False, None)
             else:
                 raise ValueError(f"unknown worker request {op!r}")
             ok = True
@@ -134,7 +150,7 @@ def _worker_main(conn: Connection, spec: ModelSpec) -> None:
         except Exception as err:  # noqa: BLE001 - the caller raises it
             ok, result = False, _portable(err)
         stream = sessions.get(sid)
-        reply = (req, ok, result, time.perf_counter() - t0, stream.samples_fed if stream is not None else 0)
+        reply = (req, ok, result, time.perf_counter() - t0, getattr(stream, "samples_fed", 0))
         try:
             conn.send(reply)
         except (pickle.PicklingError, TypeError, AttributeError) as err:
@@ -304,6 +320,27 @@ class WorkerPool:
         """Open a stream on the least-loaded live worker, pinned there for its life."""
         if latency is not None:
             kwargs["latency"] = latency
+        stream = self._place(RemoteStream)
+        try:
+            stream.config = stream._call("open", kwargs)
+        except BaseException:
+            stream.close()
+            raise
+        return stream
+
+    def iterate(self, fn: Callable[..., Any], *args: Any) -> RemoteIterator:
+        """``fn(model, *args)`` (a module-level function returning an iterator; it and ``args``
+        are pickled) on the least-loaded live worker; each ``next()`` of the result is one step
+        there, in turn with that worker's streams."""
+        job = self._place(RemoteIterator)
+        try:
+            job._call("iterate", (fn, args))
+        except BaseException:
+            job.close()
+            raise
+        return job
+
+    def _place(self, cls: type[_R]) -> _R:
         with self.lock:
             if self.closed:
                 raise RuntimeError("the worker pool is closed")
@@ -313,13 +350,7 @@ class WorkerPool:
             worker = min(live, key=lambda w: w.sessions)
             worker.sessions += 1
             sid = next(self.sids)
-        stream = RemoteStream(self, worker, sid)
-        try:
-            stream.config = stream._call("open", kwargs)
-        except BaseException:
-            stream.close()
-            raise
-        return stream
+        return cls(self, worker, sid)
 
     def load(self) -> list[int]:
         """Streams open per worker."""
@@ -358,17 +389,13 @@ def _release(pool: WorkerPool, worker: Worker, sid: int) -> None:
     pool._release(worker, sid)
 
 
-class RemoteStream:
-    """A :class:`~susurrus.streaming.session.StreamSession` living in a worker process.
-
-    ``feed`` / ``finish`` return the session's events; ``samples_fed`` / ``audio_time`` are kept
-    from each reply; ``text`` / ``words`` / ``stats`` / ``language`` ask the worker. ``close()``
-    (or losing the last reference) frees it in the worker. One call at a time per stream."""
+class RemoteObject:
+    """Something living in a worker process, by id: ``close()`` (or losing the last reference)
+    frees it there. One call at a time."""
 
     def __init__(self, pool: WorkerPool, worker: Worker, sid: int):
         self.worker = worker
         self.sid = sid
-        self.config: Any = None
         self.samples_fed = 0
         self._finalizer = weakref.finalize(self, _release, pool, worker, sid)
         self._finalizer.atexit = False
@@ -382,6 +409,42 @@ class RemoteStream:
         if not ok:
             raise result
         return result
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+_R = TypeVar("_R", bound=RemoteObject)
+
+
+class RemoteIterator(RemoteObject):
+    """An iterator living in a worker process (:meth:`WorkerPool.iterate`): each ``next()`` is
+    one request; it closes itself at its end."""
+
+    def __iter__(self) -> RemoteIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self.closed:
+            raise StopIteration
+        more, item = self._call("next")
+        if not more:
+            self.close()
+            raise StopIteration
+        return item
+
+
+class RemoteStream(RemoteObject):
+    """A :class:`~susurrus.streaming.session.StreamSession` living in a worker process.
+
+    ``feed`` / ``finish`` return the session's events; ``samples_fed`` / ``audio_time`` are kept
+    from each reply; ``text`` / ``words`` / ``stats`` / ``language`` ask the worker."""
+
+    config: Any = None
 
     @property
     def audio_time(self) -> float:
@@ -411,10 +474,3 @@ class RemoteStream:
     @property
     def language(self) -> str | None:
         return self.get("language")
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
-    def close(self) -> None:
-        self._finalizer()

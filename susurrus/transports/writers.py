@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -28,6 +29,11 @@ def _cue_text(segment: Segment) -> str:
     """Segment text made safe for a subtitle cue: stripped, no arrows, no blank lines."""
     text = segment.text.strip().replace("-->", "->")
     return "\n".join(line for line in text.splitlines() if line.strip())
+
+
+def transcript_text(segments: Iterable[Segment]) -> str:
+    """The whole transcript as one string: the segments' texts joined, stripped (json's ``text``)."""
+    return "".join(segment.text for segment in segments).strip()
 
 
 def write_txt(segments: Iterable[Segment], file: TextIO) -> None:
@@ -57,7 +63,7 @@ def write_json(segments: Iterable[Segment], info: TranscriptionInfo | None, file
     """Write the full text, language, duration and per-segment (and word) timings as JSON."""
     segments = list(segments)
     result: dict[str, Any] = {
-        "text": "".join(segment.text for segment in segments).strip(),
+        "text": transcript_text(segments),
         "language": info.language if info is not None else None,
         "duration": round(info.duration, 3) if info is not None else None,
         "segments": [
@@ -92,6 +98,20 @@ WRITERS: dict[str, Callable[..., None]] = {
     "json": write_json,
 }
 _NEEDS_INFO = frozenset({"json"})
+
+
+def render_result(fmt: str, segments: Iterable[Segment], info: TranscriptionInfo | None) -> str:
+    """What :func:`write_result` writes to a file, as a string (the REST API's responses)."""
+    key = fmt.lower().lstrip(".")
+    writer = WRITERS.get(key)
+    if writer is None:
+        raise ValueError(f"unknown output format {fmt!r}; choose one of {sorted(WRITERS)}")
+    out = io.StringIO()
+    if key in _NEEDS_INFO:
+        writer(segments, info, out)
+    else:
+        writer(segments, out)
+    return out.getvalue()
 
 
 def write_result(

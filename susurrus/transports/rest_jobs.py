@@ -1,0 +1,149 @@
+"""The REST API's work, run in a thread of the server's pool (never on the event loop): decoding
+an upload, ``susurrus transcribe`` on it (in a worker process, window by window) and ``susurrus
+stream`` on it (a stream in a worker process, its committed text handed out as it comes)."""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+from starlette.responses import JSONResponse
+
+from susurrus.audio.io import decode_audio
+from susurrus.streaming.session import Committed
+from susurrus.transports import offline
+from susurrus.transports.workers import compute_clock
+
+SAMPLE_RATE = 16000
+MIN_AUDIO_S = 0.1  # OpenAI's minimum
+
+
+@dataclass(frozen=True)
+class UploadLimits:
+    """REST uploads: ``max_bytes`` of file (OpenAI's 25 MB) and ``max_seconds`` of audio."""
+
+    max_bytes: int = 25 * 1024 * 1024
+    max_seconds: float = 600.0
+
+
+class RestError(Exception):
+    """A refused request: HTTP ``status`` and OpenAI's error body."""
+
+    def __init__(self, status: int, message: str, code: str | None, param: str | None = None,
+                 type: str = "invalid_request_error", headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.code, self.param, self.type = status, message, code, param, type
+        self.headers = headers
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+class Cancelled(Exception):
+    """The job stopped early: nobody waits for its answer."""
+
+
+def decode_upload(data: bytes, limits: UploadLimits) -> np.ndarray:
+    """The upload as 16 kHz mono samples, or :class:`RestError` (not audio, too long, too short).
+    A file that says its length is refused before it is decoded."""
+    try:
+        info = sf.info(io.BytesIO(data))
+        declared = info.frames / info.samplerate if info.samplerate else 0.0
+    except Exception:  # noqa: BLE001 - not a format libsndfile knows: the decoder says more
+        declared = 0.0
+    if declared > limits.max_seconds:
+        raise too_long(declared, limits)
+    try:
+        samples = decode_audio(data)
+    except (ValueError, OSError) as err:
+        raise RestError(400, f"the file could not be decoded as audio ({err}); send WAV, FLAC, OGG or MP3 (or "
+                             "any format when ffmpeg is installed on the server)", "invalid_file_format",
+                        "file") from None
+    seconds = len(samples) / SAMPLE_RATE
+    if seconds > limits.max_seconds:
+        raise too_long(seconds, limits)
+    if seconds < MIN_AUDIO_S:
+        raise RestError(400, f"the audio is {seconds:.3f} s long; the minimum is {MIN_AUDIO_S} s",
+                        "audio_too_short", "file")
+    return samples
+
+
+def too_long(seconds: float, limits: UploadLimits) -> RestError:
+    return RestError(400, f"the audio is {seconds:.1f} s long; this server takes at most {limits.max_seconds:g} s "
+                          "(susurrus serve --max-upload-s)", "audio_too_long", "file")
+
+
+def too_large(limits: UploadLimits) -> RestError:
+    return RestError(413, f"the upload exceeds this server's limit of {limits.max_bytes} bytes "
+                          "(susurrus serve --max-upload-mb)", "file_too_large", "file")
+
+
+# ---------------------------------------------------------------------------- the jobs (in a pool thread)
+
+
+def offline_job(state: Any, samples: np.ndarray, options: dict[str, Any], cancel: threading.Event) -> tuple:
+    """``susurrus transcribe`` on the samples: ``(info, segments)``, in a worker process window by
+    window (or here, with no workers); stops between windows once ``cancel`` is set."""
+    t0 = compute_clock()
+    job = state.workers.iterate(offline.run, samples, options) if state.workers is not None else \
+        offline.run(state.model, samples, options)
+    try:
+        info = next(job)
+        segments = []
+        for segment in job:
+            segments.append(segment)
+            if cancel.is_set():
+                raise Cancelled
+        return info, segments
+    finally:
+        job.close()
+        state.metrics.processed(len(samples) / SAMPLE_RATE, compute_clock() - t0, ())
+
+
+def stream_job(state: Any, samples: np.ndarray, language: str | None, task: str,
+               emit: Callable[[str, Any], None], cancel: threading.Event) -> None:
+    """``susurrus stream`` on the samples: ``emit("delta", text)`` for each committed piece as it
+    is committed, then ``emit("done", transcript)`` (or ``emit("error", body)``)."""
+    t0 = compute_clock()
+    latencies: list[float] = []
+    pieces: list[str] = []
+    stream = None
+    fed = 0
+    try:
+        stream = (state.workers or state.model).stream("medium", language=language, task=task)
+        block = stream.config.chunk_ms * SAMPLE_RATE // 1000
+
+        def send(events: list) -> None:
+            for ev in events:
+                if not isinstance(ev, Committed):
+                    continue
+                text = ev.text if pieces else ev.text.lstrip()
+                latencies.extend(max(0.0, w.emitted_at - w.end) for w in ev.words)
+                if text:
+                    pieces.append(text)
+                    emit("delta", text)
+
+        for fed in range(0, len(samples), block):
+            if cancel.is_set():
+                return
+            send(stream.feed(samples[fed:fed + block]))
+        fed = len(samples)
+        send(stream.finish())
+        emit("done", "".join(pieces))
+    except Exception as err:  # noqa: BLE001 - reported in the event stream
+        state.metrics.error("server_error", "transcription_failed")
+        emit("error", RestError(500, f"transcription failed: {type(err).__name__}: {err}", "transcription_failed",
+                                type="server_error").body()["error"])
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+        state.metrics.processed(min(fed, len(samples)) / SAMPLE_RATE, compute_clock() - t0, latencies)
