@@ -15,7 +15,10 @@ pieces as fast as it computes, side by side:
   padded to 30 s and encoded at once at every step, what offline Whisper reads
   (``susurrus.evaluation.diagnosis.PaddedWindowSession``); ``silence=LEVEL`` keeps the
   engine's encoder but encodes the silence behind the audio from another constant normalised
-  log-mel level (this checkout's engine: 0; the floor of speech peaking at ~1.2: -0.7);
+  log-mel level (the engine's ``SILENCE_LEVEL``: -0.7 since b9fab33, the floor under speech
+  peaking at ~1.2; 0 before). Each stream row is named with the engine's version (the last
+  commit of ``susurrus/{audio,model,decoding,streaming}``), so that ``--reuse`` never mixes
+  rows of two engines;
 * **SimulStreaming**: its AlignAtt policy as published, whisperlivekit's ``simulstreaming``
   backend at its defaults on the same weights (``susurrus.evaluation.simulstreaming``; skipped
   with ``--no-simul`` or when whisperlivekit is not installed);
@@ -40,7 +43,9 @@ deleted at the very end (lost endings).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,6 +76,7 @@ from susurrus.types import Word
 DEFAULT_CONFIGS = ["default", "silence_context_ms=500,lookahead_ms=1000", "lookahead_ms=30000",
                    "encoder=padded"]
 CHUNK_MS = 640
+ENGINE_DIRS = ("audio", "model", "decoding", "streaming")
 OFFLINE = "offline greedy (beam 1, fallback)"
 SIMUL = "SimulStreaming (whisperlivekit 0.2.26)"
 
@@ -111,19 +117,20 @@ class SystemRun:
         return total
 
 
-def load_runs(path: str | None, ids: list[str]) -> tuple[dict[str, SystemRun], dict[str, list[Word]]]:
-    """The rows of an earlier ``--json`` output that cover every item of ``ids``, by name, and
-    its offline word times."""
-    if not path:
-        return {}, {}
-    data = json.loads(Path(path).read_text())
-    words = {k: [Word(**w) for w in v] for k, v in data["offline_words"].items()}
-    runs = {}
-    for system in data["systems"]:
-        by_id = {d["id"]: d for d in system["items"]}
-        if all(i in by_id for i in ids) and (system["name"] != OFFLINE or all(i in words for i in ids)):
-            items = [ItemRun(**{**by_id[i], "profile": ErrorProfile(**by_id[i]["profile"])}) for i in ids]
-            runs[system["name"]] = SystemRun(system["name"], system["description"], items)
+def load_runs(paths: list[str], ids: list[str]) -> tuple[dict[str, SystemRun], dict[str, list[Word]]]:
+    """The rows of earlier ``--json`` outputs that cover every item of ``ids``, by name (a later
+    file's row replaces an earlier one of the same name), in their order, and the offline word
+    times."""
+    runs: dict[str, SystemRun] = {}
+    words: dict[str, list[Word]] = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        words.update({k: [Word(**w) for w in v] for k, v in data["offline_words"].items()})
+        for system in data["systems"]:
+            by_id = {d["id"]: d for d in system["items"]}
+            if all(i in by_id for i in ids) and (system["name"] != OFFLINE or all(i in words for i in ids)):
+                items = [ItemRun(**{**by_id[i], "profile": ErrorProfile(**by_id[i]["profile"])}) for i in ids]
+                runs[system["name"]] = SystemRun(system["name"], system["description"], items)
     return runs, words
 
 
@@ -183,7 +190,7 @@ def worst(runs: list[SystemRun], offline: SystemRun, n: int) -> str:
     """Per system, the ``n`` items with the most errors beyond offline."""
     off = {i.id: i for i in offline.items}
     out = []
-    for r in runs[:-1]:
+    for r in (r for r in runs if r.name != OFFLINE):
         ranked = sorted(r.items, key=lambda i: i.errors - off[i.id].errors, reverse=True)[:n]
         out += ["", f"Worst items, {r.name} (errors beyond offline):"]
         out += [f"  {i.id}: +{i.errors - off[i.id].errors}  stream: {i.text!r}\n"
@@ -221,8 +228,24 @@ def run_offline(model, items, audio, offline_words: dict) -> SystemRun:
     return run
 
 
+@functools.lru_cache(maxsize=1)
+def engine_version() -> str:
+    """The last commit of the engine's code (what a stream row's numbers depend on)."""
+    root = Path(susurrus.__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%h", "--", *(str(root / d) for d in ENGINE_DIRS)],
+                             cwd=root, capture_output=True, text=True, timeout=30)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def row_name(spec: str) -> str:
+    return f"{spec} @{engine_version()}"
+
+
 def run_stream(model, spec: str, items, audio, offline_words, silence, vad) -> SystemRun:
-    run = SystemRun(spec, "susurrus stream")
+    run = SystemRun(row_name(spec), "susurrus stream")
     for k, item in enumerate(items, 1):
         text, words, cpu = stream_engine(model.net, model.tokenizer, audio[item.id], spec, silence, vad)
         run.items.append(score(item, len(audio[item.id]) / 16000, text, words, cpu, offline_words[item.id]))
@@ -261,14 +284,21 @@ def main() -> None:
     ap.add_argument("--no-simul", action="store_true", help="skip SimulStreaming (whisperlivekit)")
     ap.add_argument("--worst", type=int, default=3, help="worst items printed per system")
     ap.add_argument("--json", default=None, help="write every item's texts and figures here (after each row)")
-    ap.add_argument("--reuse", default=None,
-                    help="a --json file of an earlier run: its rows (and offline results) for the same items are "
-                         "taken from it instead of being run again")
+    ap.add_argument("--reuse", nargs="+", default=[],
+                    help="--json files of earlier runs: their rows (and offline results) for the same items are "
+                         "taken from them instead of being run again")
+    ap.add_argument("--table-only", action="store_true",
+                    help="run nothing: print the table of every row in the --reuse files")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
     items = [i for i in read_manifest(args.manifest) if i.language == "en"][:args.limit]
     audio = {i.id: decode_audio(i.audio) for i in items}
+    if args.table_only:
+        earlier, _ = load_runs(args.reuse, [i.id for i in items])
+        runs = sorted(earlier.values(), key=lambda r: r.name == OFFLINE)
+        report(args, items, audio, runs, earlier.get(OFFLINE), earlier.get(SIMUL))
+        return
     model = susurrus.load_model(args.model)
     specs = []
     for spec in args.config or DEFAULT_CONFIGS:
@@ -283,13 +313,19 @@ def main() -> None:
     runs: list[SystemRun] = []
     silence, vad = silence_cross_kv(model.net), load_vad()
     for spec in specs:
-        runs.append(earlier.get(spec) or run_stream(model, spec, items, audio, offline_words, silence, vad))
+        runs.append(earlier.get(row_name(spec)) or run_stream(model, spec, items, audio, offline_words, silence, vad))
         write_json(args.json, args, items, audio, offline_words, runs + [offline])
     simul = None if args.no_simul else (earlier.get(SIMUL) or run_simul(model, items, audio, offline_words))
     runs += [simul] if simul else []
     runs.append(offline)
     write_json(args.json, args, items, audio, offline_words, runs)
 
+    report(args, items, audio, runs, offline, simul)
+
+
+def report(args, items, audio, runs: list[SystemRun], offline: SystemRun | None, simul: SystemRun | None) -> None:
+    if offline is None:
+        raise SystemExit("no offline row for these items")
     audio_s = sum(len(a) for a in audio.values()) / 16000
     print(f"{len(items)} English items of {args.manifest} ({audio_s:.0f} s), model {args.model}, "
           f"{CHUNK_MS} ms pieces, 1 torch thread; latency against the offline word ends\n")

@@ -115,7 +115,8 @@ class PaddedWindowSession(StreamSession):
 def static_silence(net: Whisper, level: float) -> list[KV]:
     """Cross keys/values of the encoder output of 30 s of a constant normalised log-mel
     ``level``, encoded on its own: what the engine puts behind the audio (``silence_cross_kv``:
-    level 0 on this checkout; the log-mel floor of speech peaking at ~1.2 is ~-0.7)."""
+    ``SILENCE_LEVEL``, -0.7 since b9fab33, the log-mel floor under speech peaking at ~1.2;
+    0 before)."""
     mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), float(level))
     return net.decoder.cross_kv(net.encoder(mel))
 
