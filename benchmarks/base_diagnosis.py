@@ -44,7 +44,7 @@ system then "inserts" after the reference's end: 16 of each row's invented words
 
 Without ``--config``: the engine at its default, without the silence context, as it was before
 b9fab33 (1.5 s look-ahead, the pad at log-mel 0 encoded on its own), with the look-ahead over
-the whole window, and the padded-window oracle. 49 items take ~35 core-minutes, SimulStreaming
+the whole window, and the padded-window oracle. 49 items (352 s) take ~60 core-minutes, SimulStreaming
 ~30 of them (it encodes 30 s at every update) and the padded oracle ~17: ``--json`` after a
 run, then ``--reuse`` it to add rows without running the others again.
 """
