@@ -8,10 +8,9 @@ from susurrus.evaluation.metrics import normalize
 from susurrus.types import Word
 
 
-def align_words(ref: Sequence[str], hyp: Sequence[str], substitutions: bool = False,
-                ) -> list[tuple[int, int]]:
-    """Pairs (ref index, hyp index) on a minimum-edit alignment: equal words, and with
-    ``substitutions`` also the words the alignment substitutes for each other."""
+def edit_table(ref: Sequence[str], hyp: Sequence[str]) -> list[list[int]]:
+    """Levenshtein costs: ``table[i][j]`` turns ``ref[:i]`` into ``hyp[:j]`` (trace back from
+    ``[len(ref)][len(hyp)]`` for an alignment)."""
     n, m = len(ref), len(hyp)
     cost = [[0] * (m + 1) for _ in range(n + 1)]
     for i in range(n + 1):
@@ -22,6 +21,15 @@ def align_words(ref: Sequence[str], hyp: Sequence[str], substitutions: bool = Fa
         for j in range(1, m + 1):
             sub = cost[i - 1][j - 1] + (ref[i - 1] != hyp[j - 1])
             cost[i][j] = min(sub, cost[i - 1][j] + 1, cost[i][j - 1] + 1)
+    return cost
+
+
+def align_words(ref: Sequence[str], hyp: Sequence[str], substitutions: bool = False,
+                ) -> list[tuple[int, int]]:
+    """Pairs (ref index, hyp index) on a minimum-edit alignment: equal words, and with
+    ``substitutions`` also the words the alignment substitutes for each other."""
+    n, m = len(ref), len(hyp)
+    cost = edit_table(ref, hyp)
     pairs = []
     i, j = n, m
     while i > 0 and j > 0:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from susurrus.audio.features import DYNAMIC_RANGE, N_FRAMES, normalize
+from susurrus.evaluation.alignment import edit_table
 from susurrus.evaluation.metrics import normalize as normalize_text
 from susurrus.model.whisper import KV, Whisper
 from susurrus.streaming.encoder import EncoderState
@@ -155,17 +156,9 @@ class ErrorProfile:
 def _edit_ops(ref: list[str], hyp: list[str]) -> list[tuple[str, int, int]]:
     """A minimum-edit alignment as ops ``(kind, ref index, hyp index)``, kind one of ``=``,
     ``S``, ``D`` (ref word missing; hyp index: the position it would be at), ``I``."""
-    n, m = len(ref), len(hyp)
-    cost = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(n + 1):
-        cost[i][0] = i
-    for j in range(m + 1):
-        cost[0][j] = j
-    for i in range(1, n + 1):
-        for j in range(1, m + 1):
-            cost[i][j] = min(cost[i - 1][j - 1] + (ref[i - 1] != hyp[j - 1]), cost[i - 1][j] + 1, cost[i][j - 1] + 1)
+    cost = edit_table(ref, hyp)
     ops = []
-    i, j = n, m
+    i, j = len(ref), len(hyp)
     while i > 0 or j > 0:
         if i > 0 and j > 0 and cost[i][j] == cost[i - 1][j - 1] + (ref[i - 1] != hyp[j - 1]):
             ops.append(("=" if ref[i - 1] == hyp[j - 1] else "S", i - 1, j - 1))

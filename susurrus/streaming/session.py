@@ -87,7 +87,7 @@ RETRY_SPEECH_S = 0.5  # speech left 0.5 s past a window's last word that makes i
 # streams do not change within -0.6..-0.9). A pad of normalised 0 (4 above the floor, what
 # padding the normalised log-mel with zeros gives) reads as sound: base invented words in it
 SILENCE_LEVEL = -0.7
-SENTENCE_ENDS = (".", "?", "!", "。", "？", "！")
+SENTENCE_END = (".", "?", "!", "。", "？", "！")  # punctuation a sentence ends with
 UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # written without spaces between words
 
 
@@ -922,7 +922,7 @@ class StreamSession:
             # still change); the rest waits for the window's last decode
             agreed = _common_prefix(tokens[:-1], self.window.last_hypothesis)
             tok = self.tokenizer
-            while agreed and not (tok.decode(tokens[agreed - 1:agreed]).rstrip().endswith(SENTENCE_ENDS)
+            while agreed and not (tok.decode(tokens[agreed - 1:agreed]).rstrip().endswith(SENTENCE_END)
                                   and _has_letters(tok.decode(tokens[agreed:]))):
                 agreed -= 1
             return agreed
