@@ -83,6 +83,22 @@ def stem_frames(net: Whisper, mel: torch.Tensor, j0: int, j1: int,
 
 
 @torch.inference_mode()
+def encode_window(net: Whisper, mel: torch.Tensor, running_max: float | None = None) -> torch.Tensor:
+    """The window as offline Whisper encodes it: its frames padded with digital silence (the
+    log-mel floor) to 30 s, every frame attending to every other. Returns the encoder output
+    (1, n_audio_ctx, width). ``mel`` as in :func:`encode_step`."""
+    size = 2 * net.dims.n_audio_ctx
+    piece = mel[:, :size]
+    if running_max is not None:
+        piece = normalize_frames(piece, running_max)
+        floor = (running_max - DYNAMIC_RANGE + 4.0) / 4.0
+    else:
+        floor = float(piece.max()) - DYNAMIC_RANGE / 4 if piece.numel() else -1.0
+    pad = torch.full((piece.shape[0], size - piece.shape[1]), floor)
+    return net.encoder(torch.cat([piece, pad], dim=1)[None])
+
+
+@torch.inference_mode()
 def encode_step(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead: int | None,
                 final: bool = False, running_max: float | None = None, silence: int = 0) -> EncoderState:
     """Encode the frames of ``mel`` (n_mels, M) not yet final (``mel`` normalised, or log10

@@ -54,7 +54,7 @@ from susurrus.decoding.alignment import (
 from susurrus.decoding.decode import DecodingOptions, LogitRules, detect_language
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, DecoderCache, Whisper
-from susurrus.streaming.encoder import EncoderState, encode_step
+from susurrus.streaming.encoder import EncoderState, encode_step, encode_window
 from susurrus.streaming.frontend import MelState, push_audio
 from susurrus.streaming.hallucination import hallucination_verdict
 from susurrus.streaming.vad import (
@@ -610,6 +610,11 @@ class StreamSession:
         if n_real == 0:
             return []
         self._update_cross(before, enc)
+        if final and cfg.task != "transcribe":
+            # behind the audio, the rest of the 30 s as offline Whisper reads it too: the
+            # padding encoded with the audio, every frame attending to every other
+            self.cross.write(0, self.net.decoder.cross_kv(
+                encode_window(self.net, win.mel, self.mel_state.running_max)))
         events: list[Event] = []
         if self.language is None:
             if n_real * FRAME_S * 1000 < self.config.detect_ms and not final:
