@@ -9,14 +9,12 @@ import pytest
 
 from susurrus.transports.client import append_event
 from susurrus.transports.realtime import (
-    Limits,
     Metrics,
     RealtimeSession,
-    SessionSettings,
     Transcriber,
     TurnSignal,
-    apply_update,
 )
+from susurrus.transports.realtime_settings import Limits, SessionSettings, apply_update
 
 
 def _session(**limits) -> RealtimeSession:
