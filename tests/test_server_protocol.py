@@ -12,8 +12,8 @@ from susurrus.transports.realtime import (
     Metrics,
     RealtimeSession,
     Transcriber,
-    TurnSignal,
 )
+from susurrus.transports.realtime_items import TurnSignal
 from susurrus.transports.realtime_settings import Limits, SessionSettings, apply_update
 
 

@@ -23,8 +23,8 @@ from susurrus.transports.realtime import (
     Metrics,
     RealtimeSession,
     Transcriber,
-    TurnStream,
 )
+from susurrus.transports.realtime_items import TurnStream
 from susurrus.transports.realtime_settings import EAGERNESS_SILENCE_MS, Limits
 
 UTTERANCES = (1, 7, 12)  # short LJSpeech utterances of the long-form stream: 1.9, 1.8 and 2.6 s

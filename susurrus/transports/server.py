@@ -45,8 +45,8 @@ from susurrus.transports.realtime import (
     Metrics,
     RealtimeSession,
     Transcriber,
-    Work,
 )
+from susurrus.transports.realtime_items import Work
 from susurrus.transports.realtime_protocol import INVALID_API_KEY, SESSION_LIMIT, ProtocolError, error_event
 from susurrus.transports.realtime_settings import Limits
 from susurrus.transports.workers import WorkerPool, model_spec
