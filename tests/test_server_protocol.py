@@ -11,10 +11,10 @@ from susurrus.transports.client import append_event
 from susurrus.transports.realtime import (
     Metrics,
     RealtimeSession,
-    Transcriber,
 )
 from susurrus.transports.realtime_items import TurnSignal
 from susurrus.transports.realtime_settings import Limits, SessionSettings, apply_update
+from susurrus.transports.realtime_transcriber import Transcriber
 
 
 def _session(**limits) -> RealtimeSession:

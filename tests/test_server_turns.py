@@ -22,10 +22,10 @@ from susurrus.transports.client import append_event
 from susurrus.transports.realtime import (
     Metrics,
     RealtimeSession,
-    Transcriber,
 )
 from susurrus.transports.realtime_items import TurnStream
 from susurrus.transports.realtime_settings import EAGERNESS_SILENCE_MS, Limits
+from susurrus.transports.realtime_transcriber import Transcriber
 
 UTTERANCES = (1, 7, 12)  # short LJSpeech utterances of the long-form stream: 1.9, 1.8 and 2.6 s
 CONTEXT_S = 0.2  # audio kept either side of each (their natural pauses are 0.4 s)
