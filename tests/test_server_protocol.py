@@ -8,10 +8,8 @@ import numpy as np
 import pytest
 
 from susurrus.transports.client import append_event
-from susurrus.transports.realtime import (
-    Metrics,
-    RealtimeSession,
-)
+from susurrus.transports.metrics import Metrics
+from susurrus.transports.realtime import RealtimeSession
 from susurrus.transports.realtime_items import TurnSignal
 from susurrus.transports.realtime_settings import Limits, SessionSettings, apply_update
 from susurrus.transports.realtime_transcriber import Transcriber

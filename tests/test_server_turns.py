@@ -19,10 +19,8 @@ from susurrus.audio.io import decode_audio
 from susurrus.evaluation import signals
 from susurrus.evaluation.metrics import corpus_error_rate
 from susurrus.transports.client import append_event
-from susurrus.transports.realtime import (
-    Metrics,
-    RealtimeSession,
-)
+from susurrus.transports.metrics import Metrics
+from susurrus.transports.realtime import RealtimeSession
 from susurrus.transports.realtime_items import TurnStream
 from susurrus.transports.realtime_settings import EAGERNESS_SILENCE_MS, Limits
 from susurrus.transports.realtime_transcriber import Transcriber

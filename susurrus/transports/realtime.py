@@ -1,10 +1,13 @@
 """The OpenAI Realtime *transcription* protocol, without a socket.
 
-:class:`RealtimeSession` holds one connection's protocol state and turns each client message into
-server events to send now and :class:`Work` to run on the model; :class:`Transcriber` runs that
-work (in a worker thread, off the event loop) and returns the events it produced. The server
+:class:`RealtimeSession` (here) holds one connection's protocol state and turns each client message
+into server events to send now and ``Work`` to run on the model; ``Transcriber`` runs that work (in
+a worker thread, off the event loop) and returns the events it produced. The server
 (``server.py``) only moves messages between a WebSocket, these two and a thread pool, so every
-rule below is testable by calling methods.
+rule below is testable by calling methods. Beside this module: ``realtime_protocol.py`` (messages
+in and out, error codes), ``realtime_settings.py`` (``session.update``, ``turn_detection``,
+``Limits``), ``realtime_items.py`` (items, turn streams, ``Work``) and ``realtime_transcriber.py``
+(``Transcriber``: the model side).
 
 Client events: ``session.update`` (GA: ``session.type = "transcription"``,
 ``session.audio.input.{format, transcription, turn_detection}``) and the beta
@@ -24,7 +27,7 @@ still speaking; ``input_audio_buffer.commit`` ends the item (``committed`` at on
 last deltas and ``completed`` with the whole transcript); ``clear`` drops the uncommitted item.
 
 With ``turn_detection: {type: "server_vad" | "semantic_vad"}`` the connection's audio goes through
-one stream with turn detection (:class:`TurnStream`; the stream's ``turns``): each speech turn is
+one stream with turn detection (``TurnStream``; the stream's ``turns``): each speech turn is
 an item, opened at ``input_audio_buffer.speech_started`` (its ``item_id`` is allocated there),
 its committed text streamed as ``delta`` events, ended at ``speech_stopped`` (then
 ``input_audio_buffer.committed``, the turn's last deltas and ``completed``). Audio times are ms

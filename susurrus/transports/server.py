@@ -41,10 +41,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from susurrus.transports import rest
 from susurrus.transports.listen import listen_socket
-from susurrus.transports.realtime import (
-    Metrics,
-    RealtimeSession,
-)
+from susurrus.transports.metrics import Metrics
+from susurrus.transports.realtime import RealtimeSession
 from susurrus.transports.realtime_items import Work
 from susurrus.transports.realtime_protocol import INVALID_API_KEY, SESSION_LIMIT, ProtocolError, error_event
 from susurrus.transports.realtime_settings import Limits
