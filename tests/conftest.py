@@ -72,7 +72,7 @@ def base():
 @pytest.fixture(scope="session")
 def server(tiny):
     """A real uvicorn server on a free loopback port with tiny.en in two worker processes."""
-    from susurrus.transports.realtime import Limits
+    from susurrus.transports.realtime_settings import Limits
     from susurrus.transports.server import BackgroundServer
 
     limits = Limits(max_message_bytes=256 * 1024, max_buffered_s=30.0, max_sessions=8)
@@ -84,7 +84,7 @@ def server(tiny):
 def guarded_server(tiny):
     """A second server with an API key, two sessions at most and 2 s of buffered audio at most; its
     streams run in its own threads on the shared tiny.en (``--workers 0``)."""
-    from susurrus.transports.realtime import Limits
+    from susurrus.transports.realtime_settings import Limits
     from susurrus.transports.server import BackgroundServer
 
     limits = Limits(max_message_bytes=64 * 1024, max_buffered_s=2.0, max_sessions=2)

@@ -23,7 +23,7 @@ from susurrus.evaluation import signals
 from susurrus.evaluation.metrics import corpus_error_rate
 from susurrus.streaming.session import TurnEnded
 from susurrus.transports.offline import transcribe_options
-from susurrus.transports.realtime import SessionSettings, parse_turn_detection
+from susurrus.transports.realtime_settings import SessionSettings, parse_turn_detection
 
 JFK = "jfk_inaugural"  # 11 s, four phrases
 SHORT = ("ljspeech_LJ001-0002", "ljspeech_LJ001-0008")  # 1.9 s and 1.8 s: two turns, real time

@@ -160,7 +160,7 @@ def test_translations_return_english_from_the_multilingual_model(base_server, ba
 @pytest.fixture(scope="module")
 def strict_server(tiny):
     """An API key, one session or request at a time, 600 KiB and 8 s of audio per upload."""
-    from susurrus.transports.realtime import Limits
+    from susurrus.transports.realtime_settings import Limits
     from susurrus.transports.rest import UploadLimits
     from susurrus.transports.server import BackgroundServer
 

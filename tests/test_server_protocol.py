@@ -8,15 +8,11 @@ import numpy as np
 import pytest
 
 from susurrus.transports.client import append_event
-from susurrus.transports.realtime import (
-    Limits,
-    Metrics,
-    RealtimeSession,
-    SessionSettings,
-    Transcriber,
-    TurnSignal,
-    apply_update,
-)
+from susurrus.transports.metrics import Metrics
+from susurrus.transports.realtime import RealtimeSession
+from susurrus.transports.realtime_items import TurnSignal
+from susurrus.transports.realtime_settings import Limits, SessionSettings, apply_update
+from susurrus.transports.realtime_transcriber import Transcriber
 
 
 def _session(**limits) -> RealtimeSession:

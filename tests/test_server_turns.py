@@ -19,14 +19,11 @@ from susurrus.audio.io import decode_audio
 from susurrus.evaluation import signals
 from susurrus.evaluation.metrics import corpus_error_rate
 from susurrus.transports.client import append_event
-from susurrus.transports.realtime import (
-    EAGERNESS_SILENCE_MS,
-    Limits,
-    Metrics,
-    RealtimeSession,
-    Transcriber,
-    TurnStream,
-)
+from susurrus.transports.metrics import Metrics
+from susurrus.transports.realtime import RealtimeSession
+from susurrus.transports.realtime_items import TurnStream
+from susurrus.transports.realtime_settings import EAGERNESS_SILENCE_MS, Limits
+from susurrus.transports.realtime_transcriber import Transcriber
 
 UTTERANCES = (1, 7, 12)  # short LJSpeech utterances of the long-form stream: 1.9, 1.8 and 2.6 s
 CONTEXT_S = 0.2  # audio kept either side of each (their natural pauses are 0.4 s)

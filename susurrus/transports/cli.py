@@ -161,7 +161,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"susurrus serve: {err.strerror or err}", file=sys.stderr)
         return 2
     import susurrus
-    from susurrus.transports.realtime import Limits
+    from susurrus.transports.realtime_settings import Limits
     from susurrus.transports.rest import UploadLimits
     from susurrus.transports.server import serve
 

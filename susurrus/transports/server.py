@@ -41,17 +41,12 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from susurrus.transports import rest
 from susurrus.transports.listen import listen_socket
-from susurrus.transports.realtime import (
-    INVALID_API_KEY,
-    SESSION_LIMIT,
-    Limits,
-    Metrics,
-    ProtocolError,
-    RealtimeSession,
-    Transcriber,
-    Work,
-    error_event,
-)
+from susurrus.transports.metrics import Metrics
+from susurrus.transports.realtime import RealtimeSession
+from susurrus.transports.realtime_items import Work
+from susurrus.transports.realtime_protocol import INVALID_API_KEY, SESSION_LIMIT, ProtocolError, error_event
+from susurrus.transports.realtime_settings import Limits
+from susurrus.transports.realtime_transcriber import Transcriber
 from susurrus.transports.workers import WorkerPool, model_spec
 
 WEB_DIR = Path(__file__).with_name("web")
