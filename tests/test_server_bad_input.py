@@ -226,7 +226,8 @@ def test_a_client_that_disconnects_mid_stream_frees_its_session_at_once(server, 
     c.ws.close()  # no commit: the client vanished
     assert wait_for_metric(url, "susurrus_sessions_open", lambda v: v == 0) == 0
     after = metrics(url)
-    dropped = after["susurrus_audio_dropped_seconds_total"] - before["susurrus_audio_dropped_seconds_total"]
+    dropped = (after['susurrus_audio_dropped_seconds_total{reason="client_gone"}']
+               - before['susurrus_audio_dropped_seconds_total{reason="client_gone"}'])
     processed = after["susurrus_audio_seconds_total"] - before["susurrus_audio_seconds_total"]
     assert dropped > 0  # its queued work was dropped at the disconnect, not left to run
     assert processed + dropped <= len(pcm) / 24000 + 0.5

@@ -6,21 +6,36 @@ import threading
 from collections.abc import Iterable
 
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+# why accepted audio was never run through the model (``susurrus_audio_dropped_seconds_total{reason}``)
+DROP_REASONS = {
+    "cleared": "the client cleared it (input_audio_buffer.clear) before the model reached it",
+    "client_gone": "the client disconnected (or left a REST request) before the model reached it",
+    "backpressure": "the session was closed because its client stopped reading events",
+    "drain_deadline": "the server shut down and the drain deadline (--drain-s) passed first",
+    "session_expired": "the session reached --max-session-s and the drain deadline passed first",
+    "failed": "the model failed on its item (a worker died)",
+}
 
 
 class Metrics:
     """Server counters, exposed in the Prometheus text format by :meth:`render`. Thread-safe.
 
     Audio, compute, words and errors count both transports; ``sessions_*`` are WebSocket
-    sessions, ``requests_*`` REST requests (``/v1/audio/*``, ``/v1/models``)."""
+    sessions, ``requests_*`` REST requests (``/v1/audio/*``, ``/v1/models``).
+
+    Every accepted second of audio (``accepted``: an append the session took, a decoded upload)
+    ends in exactly one place, in seconds of the client's audio: run through the model
+    (``processed``: ``audio_seconds``) or dropped with a reason (``dropped``; :data:`DROP_REASONS`),
+    so once nothing is queued ``accepted = transcribed + sum(dropped)``."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.sessions_open = 0
         self.sessions_total = 0
         self.sessions_refused: dict[str, int] = {}
+        self.audio_accepted_seconds = 0.0
         self.audio_seconds = 0.0
-        self.audio_dropped_seconds = 0.0
+        self.audio_dropped: dict[str, float] = {}  # reason -> seconds
         self.compute_seconds = 0.0
         self.items_completed = 0
         self.words = 0
@@ -55,9 +70,22 @@ class Metrics:
                     if lat <= bound:
                         self.latency_buckets[i] += 1
 
-    def dropped(self, audio_s: float) -> None:
+    def accepted(self, audio_s: float) -> None:
         with self.lock:
-            self.audio_dropped_seconds += audio_s
+            self.audio_accepted_seconds += audio_s
+
+    def dropped(self, audio_s: float, reason: str) -> None:
+        if reason not in DROP_REASONS:
+            raise ValueError(f"unknown drop reason {reason!r}")
+        if audio_s <= 0:
+            return
+        with self.lock:
+            self.audio_dropped[reason] = self.audio_dropped.get(reason, 0.0) + audio_s
+
+    @property
+    def audio_dropped_seconds(self) -> float:
+        with self.lock:
+            return sum(self.audio_dropped.values())
 
     def render(self) -> str:
         with self.lock:
@@ -72,13 +100,18 @@ class Metrics:
                 "# TYPE susurrus_sessions_refused_total counter",
                 *(f'susurrus_sessions_refused_total{{reason="{r}"}} {n}'
                   for r, n in sorted(self.sessions_refused.items())),
-                "# HELP susurrus_audio_seconds_total Seconds of audio transcribed.",
+                "# HELP susurrus_audio_accepted_seconds_total Seconds of audio accepted (realtime appends, "
+                "decoded uploads); each ends transcribed or dropped.",
+                "# TYPE susurrus_audio_accepted_seconds_total counter",
+                f"susurrus_audio_accepted_seconds_total {self.audio_accepted_seconds:.3f}",
+                "# HELP susurrus_audio_seconds_total Seconds of accepted audio transcribed (run through the model).",
                 "# TYPE susurrus_audio_seconds_total counter",
                 f"susurrus_audio_seconds_total {self.audio_seconds:.3f}",
-                "# HELP susurrus_audio_dropped_seconds_total Accepted audio never transcribed: cleared, or its "
-                "client left.",
+                "# HELP susurrus_audio_dropped_seconds_total Seconds of accepted audio never run through the model, "
+                "by reason.",
                 "# TYPE susurrus_audio_dropped_seconds_total counter",
-                f"susurrus_audio_dropped_seconds_total {self.audio_dropped_seconds:.3f}",
+                *(f'susurrus_audio_dropped_seconds_total{{reason="{r}"}} {self.audio_dropped.get(r, 0.0):.3f}'
+                  for r in DROP_REASONS),
                 "# HELP susurrus_compute_seconds_total Wall seconds the model worked (all sessions).",
                 "# TYPE susurrus_compute_seconds_total counter",
                 f"susurrus_compute_seconds_total {self.compute_seconds:.3f}",

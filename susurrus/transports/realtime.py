@@ -166,6 +166,7 @@ class RealtimeSession:
         target.accepted_samples += len(pcm)
         self.pending_s += seconds
         self.accepted_s += seconds
+        self.metrics.accepted(seconds)
         return [Work("append", target, pcm)]
 
     def _turn_stream(self) -> TurnStream:
@@ -191,7 +192,7 @@ class RealtimeSession:
 
     def clear(self) -> tuple[list[dict[str, Any]], list[Work]]:
         if self.item is not None:
-            self.item.dropped = True  # queued appends for it are skipped by the worker
+            self.item.dropped = "cleared"  # queued appends for it are skipped by the worker
             self.item = None
         if self.settings.server_turns:
             # in order with the audio: the turns that end before this point are completed however
@@ -226,12 +227,26 @@ class RealtimeSession:
         if work.kind == "append":
             self.pending_s = max(0.0, self.pending_s - work.audio_s)
 
-    def close(self, pending: Iterable[Work]) -> None:
-        """The connection ended: drop everything not yet transcribed."""
-        if self.item is not None:
-            self.item.dropped = True
+    def finish(self) -> tuple[list[dict[str, Any]], list[Work]]:
+        """The server ends the session (shutdown, ``--max-session-s``): the open item is
+        committed (``committed`` now, ``completed`` from the worker) and the open turn ends
+        where the accepted audio ends, so all accepted audio is transcribed; no error when
+        nothing is open."""
+        if self.item is not None and self.item.accepted_samples:
+            return self.commit()
         if self.turns is not None:
-            self.turns.dropped = True
+            work = Work("end", self.turns)
+            self.turns = None
+            return [], [work]
+        return [], []
+
+    def close(self, pending: Iterable[Work], reason: str = "client_gone") -> None:
+        """The connection ended: drop everything not yet transcribed (counted under ``reason``,
+        or the reason its item was already dropped for)."""
+        if self.item is not None:
+            self.item.dropped = self.item.dropped or reason
+        if self.turns is not None:
+            self.turns.dropped = self.turns.dropped or reason
         for work in pending:
-            work.item.dropped = True
-            self.metrics.dropped(work.audio_s)
+            work.item.dropped = work.item.dropped or reason
+            self.metrics.dropped(work.audio_s, "failed" if getattr(work.item, "failed", False) else work.item.dropped)

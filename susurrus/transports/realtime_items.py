@@ -65,7 +65,7 @@ class Item:
     config: StreamConfig
     turns: TurnPolicy
     accepted_samples: int = 0  # input samples accepted (at ``rate``)
-    dropped: bool = False  # cleared, or the connection closed: pending work is skipped
+    dropped: str | None = None  # why pending work is skipped (a ``metrics.DROP_REASONS`` key): cleared, ...
     failed: bool = False
     stream: StreamSession | None = None
     resampler: StreamResampler | None = None
@@ -106,7 +106,7 @@ class TurnStream:
     origin_ms: float
     chain: ItemChain
     accepted_samples: int = 0  # input samples accepted (at ``rate``)
-    dropped: bool = False  # cleared, settings changed, or the connection closed: pending work is skipped
+    dropped: str | None = None  # why pending work is skipped (a ``metrics.DROP_REASONS`` key): cleared, ...
     stream: StreamSession | None = None
     resampler: StreamResampler | None = None
     carry: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))  # 16 kHz, less than a block

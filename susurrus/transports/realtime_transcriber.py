@@ -59,7 +59,7 @@ class Transcriber:
         """The connection ended: free every stream its items still hold (call it after the last
         :meth:`run` returned; later work is dropped)."""
         for target in list(self._streaming):
-            target.dropped = True
+            target.dropped = target.dropped or "client_gone"
             self._release(target)
 
     def run(self, work: Work) -> WorkResult:
@@ -67,12 +67,12 @@ class Transcriber:
         if isinstance(item, TurnStream):
             return self._run_turns(work, item)
         if item.dropped or item.failed:
-            self.metrics.dropped(work.audio_s)
+            self.metrics.dropped(work.audio_s, "failed" if item.failed else item.dropped or "client_gone")
             return WorkResult([], [])
         t0 = compute_clock()
         events: list[dict[str, Any]] = []
         signals: list[TurnSignal] = []
-        fed_s = 0.0
+        fed_s = 0.0  # seconds of the client's audio run through the model (the commit's tail was counted by its append)
         latencies: list[float] = []
         try:
             if item.stream is None:
@@ -83,12 +83,11 @@ class Transcriber:
             if work.kind == "append":
                 assert work.pcm is not None
                 samples = resampler.process(work.pcm.astype(np.float32) / 32768.0)
-                fed_s = len(samples) / SAMPLE_RATE
                 signals = item.turns.observe(samples, (item.fed + len(item.carry)) / SAMPLE_RATE)
                 events += self._feed(item, samples, final=False, latencies=latencies)
+                fed_s = work.audio_s
             elif work.kind == "commit":
                 tail = resampler.flush()
-                fed_s = len(tail) / SAMPLE_RATE
                 events += self._feed(item, tail, final=True, latencies=latencies)
                 events += self._events(item, stream.finish(), latencies)
                 events.append(server_event(
@@ -101,6 +100,7 @@ class Transcriber:
         except Exception as err:  # noqa: BLE001 - a failed item must not take the session down
             item.failed = True
             self._release(item)
+            self.metrics.dropped(work.audio_s - fed_s, "failed")
             self.metrics.error("server_error", TRANSCRIPTION_FAILED)
             events.append(server_event(
                 "conversation.item.input_audio_transcription.failed", item_id=item.id, content_index=0,
@@ -153,7 +153,7 @@ class Transcriber:
 
     def _run_turns(self, work: Work, ts: TurnStream) -> WorkResult:
         if ts.dropped:
-            self.metrics.dropped(work.audio_s)
+            self.metrics.dropped(work.audio_s, ts.dropped)
             return WorkResult([], [])
         t0 = compute_clock()
         events: list[dict[str, Any]] = []
@@ -167,20 +167,18 @@ class Transcriber:
                 if ts.stream is None:
                     self._open(ts)
                 samples = ts.resampler.process(work.pcm.astype(np.float32) / 32768.0)
-                fed_s = len(samples) / SAMPLE_RATE
                 events += self._feed(ts, samples, final=False, latencies=latencies)
+                fed_s = work.audio_s
             elif work.kind == "clear":
                 # the turn open at this point of the audio is dropped (no committed/completed), with
-                # the audio not fed yet; turns that ended before it were completed by earlier work
+                # the audio not fed yet; turns that ended before it were completed by earlier work.
+                # Its audio was run through the model (its deltas were sent): it counts as transcribed
                 if ts.stream is not None:
-                    open_s = (ts.stream.audio_time - ts.turn.start_ms / 1000) if ts.turn is not None else 0.0
-                    self.metrics.dropped(len(ts.carry) / SAMPLE_RATE + max(0.0, open_s))
                     self._release(ts)
-                ts.turn, ts.carry, ts.dropped = None, np.zeros(0, np.float32), True
+                ts.turn, ts.carry, ts.dropped = None, np.zeros(0, np.float32), "cleared"
                 events.append(server_event("input_audio_buffer.cleared"))
             else:  # commit or end
                 tail = ts.resampler.flush() if work.kind == "end" else np.zeros(0, np.float32)
-                fed_s = len(tail) / SAMPLE_RATE
                 if ts.stream is None and (len(ts.carry) or len(tail)):
                     self._open(ts)
                 if ts.stream is not None:  # the audio not fed yet (it may open a turn)
@@ -198,6 +196,7 @@ class Transcriber:
                     ts.offset += ts.stream.samples_fed
                     self._release(ts)
         except Exception as err:  # noqa: BLE001 - a failed turn must not take the session down
+            self.metrics.dropped(work.audio_s - fed_s, "failed")
             self.metrics.error("server_error", TRANSCRIPTION_FAILED)
             error = {"type": "server_error", "code": TRANSCRIPTION_FAILED,
                      "message": f"transcription failed: {type(err).__name__}: {err}", "param": None}
