@@ -9,6 +9,10 @@ import socket
 # faster than the model keeps up meets flow control after little unread audio (on loopback the
 # autotuned buffer grows to megabytes: a minute of audio its keepalive pings would wait behind)
 RECEIVE_BUFFER_BYTES = 256 * 1024
+# and its send buffer: fixed too, so that what a client that stopped reading holds in the kernel
+# is bounded (autotuned it grows to 4 MB a connection) and the server's own outgoing queue
+# (``--max-outbound-kb``) fills soon after; events are a few KB a second, far below what it carries
+SEND_BUFFER_BYTES = 256 * 1024
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -23,6 +27,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)  # accepted sockets inherit it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         sock.bind(address)
         sock.listen(128)
     except OSError as err:

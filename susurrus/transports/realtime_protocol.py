@@ -29,6 +29,17 @@ BINARY_FRAME = "binary_frame_not_supported"
 INVALID_API_KEY = "invalid_api_key"
 SESSION_LIMIT = "session_limit_reached"
 TRANSCRIPTION_FAILED = "transcription_failed"
+ORIGIN_NOT_ALLOWED = "origin_not_allowed"
+SERVER_SHUTTING_DOWN = "server_shutting_down"
+IDLE_TIMEOUT = "idle_timeout"
+SESSION_EXPIRED = "session_expired"
+CLIENT_TOO_SLOW = "client_too_slow"
+
+# WebSocket close codes the server uses (RFC 6455 section 7.4; 1012 is IANA's "service restart")
+CLOSE_NORMAL = 1000  # idle timeout, --max-session-s
+CLOSE_POLICY = 1008  # bad API key; a client that stopped reading its events
+CLOSE_TRY_AGAIN = 1013  # too many sessions
+CLOSE_RESTART = 1012  # the server is shutting down (refused during the drain, or closed at its end)
 
 
 class ProtocolError(Exception):

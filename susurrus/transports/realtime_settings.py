@@ -38,11 +38,25 @@ class Limits:
     """Per-server bounds. ``max_buffered_s``: audio accepted but not yet transcribed, per session;
     at the limit the server stops reading the connection until the model catches up, so a client
     sending faster than the model keeps up is slowed down by TCP (nothing is refused or dropped;
-    one message more than the limit may be held)."""
+    one message more than the limit may be held).
+
+    ``max_outbound_bytes``: server events queued for a client that does not read them, beyond
+    what its socket holds; past it the session is closed (1008, the queue freed). A session
+    sends a few KB of events per second of audio, so the default 1 MiB is minutes of unread
+    events: only a client that stopped reading reaches it, and 16 sessions hold 16 MiB at most.
+    ``idle_s``: no client message and no work for the model for this long closes the session
+    (1000); a live client sends audio every 20-100 ms, even in silence, so 300 s catches only
+    clients that went away without closing (a suspended laptop, a tab left open) and gives their
+    slot of ``max_sessions`` back. ``max_session_s``: a session this old is ended like a
+    shutdown (its open item committed and completed, then 1000); 0, the default, is no limit: a
+    live-captioning session may run for hours at bounded memory. 0 turns either timer off."""
 
     max_message_bytes: int = 1 << 20
     max_buffered_s: float = 20.0
     max_sessions: int = 16
+    max_outbound_bytes: int = 1 << 20
+    idle_s: float = 300.0
+    max_session_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -43,13 +43,16 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from susurrus.model.languages import LANGUAGES, language_code, language_name
-from susurrus.transports import offline
+from susurrus.transports import offline, rest_jobs
+from susurrus.transports.access import key_matches
 from susurrus.transports.rest_jobs import (
+    Cancel,
     Cancelled,
     RestError,
     UploadLimits,
     decode_upload,
     offline_job,
+    shutting_down,
     stream_job,
     too_large,
 )
@@ -217,12 +220,15 @@ def _check_key(request: Request, api_key: str | None) -> None:
     if api_key is None:
         return
     auth = request.headers.get("authorization", "")
-    if not (auth.lower().startswith("bearer ") and auth[7:].strip() == api_key):
+    if not (auth.lower().startswith("bearer ") and key_matches(auth[7:].strip(), api_key)):
         raise RestError(401, "missing or invalid API key: send 'Authorization: Bearer KEY'", "invalid_api_key")
 
 
 def _take_slot(state: Any) -> Callable[[], None]:
-    """One of ``max_sessions`` slots (shared with WebSocket sessions) or 429; returns its release."""
+    """One of ``max_sessions`` slots (shared with WebSocket sessions) or 429 (503 while the server
+    shuts down); returns its release."""
+    if state.shutdown.draining:
+        raise shutting_down()
     m = state.metrics
     with m.lock:
         if m.sessions_open + m.requests_open >= state.limits.max_sessions:
@@ -257,6 +263,8 @@ async def _audio(request: Request, state: Any, task: str) -> Response:
     body = LimitedBody(request.receive, limits.max_bytes + FORM_OVERHEAD)
     try:
         _check_key(request, state.api_key)
+        if state.shutdown.draining:
+            raise shutting_down()
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > body.limit:
             raise too_large(limits)
@@ -295,21 +303,30 @@ async def _audio(request: Request, state: Any, task: str) -> Response:
         release()
         raise
     headers = {"x-susurrus-model": state.model.name}
-    cancel = threading.Event()
+    state.metrics.accepted(len(samples) / rest_jobs.SAMPLE_RATE)
+    cancel = Cancel()  # set by a client that leaves, or by the end of the server's drain
+    state.jobs.add(cancel)
+
+    def finished(*_: Any) -> None:  # in the pool's thread: set.discard is atomic
+        state.jobs.discard(cancel)
+        release()
+
     if req.stream:
-        return _streamed(state, samples, req, cancel, release, headers)
+        return _streamed(state, samples, req, cancel, finished, headers)
     future = state.pool.submit(offline_job, state, samples, req.options(), cancel)
-    future.add_done_callback(release)
+    future.add_done_callback(finished)
     waiting = asyncio.wrap_future(future)
     while True:
         done, _ = await asyncio.wait([waiting], timeout=1.0)
         if done:
             break
         if await request.is_disconnected():  # nobody waits for the answer: stop at the next window
-            cancel.set()
+            cancel.cancel("client_gone")
     try:
         info, segments = waiting.result()
     except Cancelled:
+        if cancel.reason == "drain_deadline":
+            raise shutting_down() from None
         return Response(status_code=499)
     except Exception as err:  # noqa: BLE001 - a failed job is a 500 with OpenAI's body
         raise RestError(500, f"transcription failed: {type(err).__name__}: {err}", "transcription_failed",
@@ -317,7 +334,7 @@ async def _audio(request: Request, state: Any, task: str) -> Response:
     return render(req, info, segments, headers)
 
 
-def _streamed(state: Any, samples: np.ndarray, req: AudioRequest, cancel: threading.Event,
+def _streamed(state: Any, samples: np.ndarray, req: AudioRequest, cancel: Cancel,
               release: Callable[[], None], headers: dict[str, str]) -> StreamingResponse:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -341,7 +358,7 @@ def _streamed(state: Any, samples: np.ndarray, req: AudioRequest, cancel: thread
                     yield _sse({"error": value})
                     return
         finally:
-            cancel.set()  # the client left, or the stream ended: the job stops at its next block
+            cancel.cancel("client_gone")  # the client left, or the stream ended: the job stops at its next block
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={**headers, "cache-control": "no-cache", "x-accel-buffering": "no"})

@@ -48,7 +48,21 @@ class RestError(Exception):
 
 
 class Cancelled(Exception):
-    """The job stopped early: nobody waits for its answer."""
+    """The job stopped early: nobody waits for its answer, or the server shuts down."""
+
+
+class Cancel(threading.Event):
+    """Set to stop a job at its next window or block; ``reason`` is what its audio is counted as
+    dropped for (``client_gone``, ``drain_deadline``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reason = "client_gone"
+
+    def cancel(self, reason: str = "client_gone") -> None:
+        if not self.is_set():
+            self.reason = reason
+            self.set()
 
 
 def decode_upload(data: bytes, limits: UploadLimits) -> np.ndarray:
@@ -89,10 +103,14 @@ def too_large(limits: UploadLimits) -> RestError:
 # ---------------------------------------------------------------------------- the jobs (in a pool thread)
 
 
-def offline_job(state: Any, samples: np.ndarray, options: dict[str, Any], cancel: threading.Event) -> tuple:
+def offline_job(state: Any, samples: np.ndarray, options: dict[str, Any], cancel: Cancel) -> tuple:
     """``susurrus transcribe`` on the samples: ``(info, segments)``, in a worker process window by
-    window (or here, with no workers); stops between windows once ``cancel`` is set."""
+    window (or here, with no workers); stops between windows once ``cancel`` is set. The audio
+    counts as transcribed when the answer is made, else as dropped (``cancel.reason``, or
+    ``failed``): a stopped job's client gets no text."""
     t0 = compute_clock()
+    seconds = len(samples) / SAMPLE_RATE
+    done = False
     job = state.workers.iterate(offline.run, samples, options) if state.workers is not None else \
         offline.run(state.model, samples, options)
     try:
@@ -102,16 +120,24 @@ def offline_job(state: Any, samples: np.ndarray, options: dict[str, Any], cancel
             segments.append(segment)
             if cancel.is_set():
                 raise Cancelled
+        done = True
         return info, segments
+    except Cancelled:
+        state.metrics.dropped(seconds, cancel.reason)
+        raise
+    except BaseException:
+        state.metrics.dropped(seconds, "failed")
+        raise
     finally:
         job.close()
-        state.metrics.processed(len(samples) / SAMPLE_RATE, compute_clock() - t0, ())
+        state.metrics.processed(seconds if done else 0.0, compute_clock() - t0, ())
 
 
 def stream_job(state: Any, samples: np.ndarray, language: str | None, task: str,
-               emit: Callable[[str, Any], None], cancel: threading.Event, prompt: str | None = None) -> None:
+               emit: Callable[[str, Any], None], cancel: Cancel, prompt: str | None = None) -> None:
     """``susurrus stream`` on the samples: ``emit("delta", text)`` for each committed piece as it
-    is committed, then ``emit("done", transcript)`` (or ``emit("error", body)``)."""
+    is committed, then ``emit("done", transcript)`` (or ``emit("error", body)``). The samples fed
+    count as transcribed, the rest as dropped (``cancel.reason``, or ``failed``)."""
     t0 = compute_clock()
     latencies: list[float] = []
     pieces: list[str] = []
@@ -133,12 +159,16 @@ def stream_job(state: Any, samples: np.ndarray, language: str | None, task: str,
 
         for fed in range(0, len(samples), block):
             if cancel.is_set():
+                state.metrics.dropped((len(samples) - fed) / SAMPLE_RATE, cancel.reason)
+                if cancel.reason == "drain_deadline":
+                    emit("error", shutting_down().body()["error"])
                 return
             send(stream.feed(samples[fed:fed + block]))
         fed = len(samples)
         send(stream.finish())
         emit("done", "".join(pieces))
     except Exception as err:  # noqa: BLE001 - reported in the event stream
+        state.metrics.dropped((len(samples) - min(fed, len(samples))) / SAMPLE_RATE, "failed")
         state.metrics.error("server_error", "transcription_failed")
         emit("error", RestError(500, f"transcription failed: {type(err).__name__}: {err}", "transcription_failed",
                                 type="server_error").body()["error"])
@@ -147,3 +177,9 @@ def stream_job(state: Any, samples: np.ndarray, language: str | None, task: str,
         if close is not None:
             close()
         state.metrics.processed(min(fed, len(samples)) / SAMPLE_RATE, compute_clock() - t0, latencies)
+
+
+def shutting_down() -> RestError:
+    return RestError(503, "the server is shutting down and takes no new work; send the request again shortly (to "
+                          "its replacement)", "server_shutting_down", type="server_error",
+                     headers={"retry-after": "5", "connection": "close"})

@@ -22,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import math
 import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,14 +39,25 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from susurrus.transports import rest
+from susurrus.transports.access import key_matches, origin_allowed, parse_origins
 from susurrus.transports.listen import listen_socket
 from susurrus.transports.metrics import Metrics
 from susurrus.transports.realtime import RealtimeSession
-from susurrus.transports.realtime_items import Work
-from susurrus.transports.realtime_protocol import INVALID_API_KEY, SESSION_LIMIT, ProtocolError, error_event
+from susurrus.transports.realtime_connection import CLOSE_GRACE_S, Connection
+from susurrus.transports.realtime_protocol import (
+    CLOSE_POLICY,
+    CLOSE_RESTART,
+    CLOSE_TRY_AGAIN,
+    INVALID_API_KEY,
+    ORIGIN_NOT_ALLOWED,
+    SERVER_SHUTTING_DOWN,
+    SESSION_LIMIT,
+    ProtocolError,
+    error_event,
+)
 from susurrus.transports.realtime_settings import Limits
 from susurrus.transports.realtime_transcriber import Transcriber
 from susurrus.transports.workers import WorkerPool, model_spec
@@ -52,8 +65,17 @@ from susurrus.transports.workers import WorkerPool, model_spec
 WEB_DIR = Path(__file__).with_name("web")
 KEY_PROTOCOL = "openai-insecure-api-key."
 BETA_PROTOCOL = "openai-beta.realtime-v1"
-CLOSE_POLICY = 1008  # bad API key
-CLOSE_TRY_AGAIN = 1013  # too many sessions
+DEFAULT_DRAIN_S = 30.0
+log = logging.getLogger("uvicorn.error")
+
+
+@dataclass
+class Shutdown:
+    """The server's drain (``drain``): from its start new sessions and uploads are refused and
+    open sessions finish their work by ``deadline`` (loop time)."""
+
+    draining: bool = False
+    deadline: float = math.inf
 
 
 @dataclass
@@ -67,6 +89,11 @@ class ServerState:
     workers: WorkerPool | None = None  # None: streams run in this process, on ``model``
     uploads: rest.UploadLimits = field(default_factory=rest.UploadLimits)
     started: float = field(default_factory=time.time)
+    allowed_origins: tuple[str, ...] | None = None  # None: same-origin (and clients without Origin) only
+    drain_s: float = DEFAULT_DRAIN_S
+    shutdown: Shutdown = field(default_factory=Shutdown)
+    connections: set[Connection] = field(default_factory=set)  # the open WebSocket sessions
+    jobs: set[rest.Cancel] = field(default_factory=set)  # the REST jobs running
 
     @property
     def transcriber(self) -> Transcriber:
@@ -106,11 +133,24 @@ async def _refuse(ws: WebSocket, state: ServerState, err: ProtocolError, close_c
 async def realtime_endpoint(ws: WebSocket) -> None:
     state: ServerState = ws.app.state.susurrus
     subprotocol = _choose_subprotocol(ws)
-    if state.api_key is not None and _offered_key(ws) != state.api_key:
+    if not origin_allowed(ws.headers, ws.url.scheme, state.allowed_origins):
+        # refused in the handshake (HTTP 403): a page of another site gets no session at all (and
+        # could not read a body: browsers hide why a handshake failed), so the reason is logged
+        log.warning("susurrus: refused a WebSocket from origin %r: not this server's own and not in "
+                    "--allowed-origins", ws.headers.get("origin"))
+        state.metrics.refused(ORIGIN_NOT_ALLOWED)
+        await ws.close(code=CLOSE_POLICY)
+        return
+    if state.api_key is not None and not key_matches(_offered_key(ws), state.api_key):
         err = ProtocolError(INVALID_API_KEY, "missing or invalid API key: send 'Authorization: Bearer KEY' or the "
                                              f"WebSocket subprotocol '{KEY_PROTOCOL}KEY'",
                             type="authentication_error")
         await _refuse(ws, state, err, CLOSE_POLICY, subprotocol)
+        return
+    if state.shutdown.draining:
+        err = ProtocolError(SERVER_SHUTTING_DOWN, "the server is shutting down and takes no new sessions; "
+                                                  "connect again shortly (to its replacement)", type="server_error")
+        await _refuse(ws, state, err, CLOSE_RESTART, subprotocol)
         return
     with state.metrics.lock:  # the loop is single-threaded, so this check-and-take is atomic
         full = state.metrics.sessions_open + state.metrics.requests_open >= state.limits.max_sessions
@@ -135,93 +175,62 @@ async def _run_session(ws: WebSocket, state: ServerState, subprotocol: str | Non
     session = RealtimeSession(model_name=state.model.name, multilingual=state.model.is_multilingual,
                               limits=state.limits, metrics=state.metrics, dialect="beta" if beta else "ga",
                               extensions=state.extensions)
-    transcriber = state.transcriber
-    outbound: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-    work_queue: asyncio.Queue[Work | None] = asyncio.Queue()
     await ws.accept(subprotocol=subprotocol)
-
-    def queue(events: list[dict[str, Any]], works: list[Work]) -> None:
-        for event in events:
-            outbound.put_nowait(event)
-        for work in works:
-            work_queue.put_nowait(work)
-
-    async def send_loop() -> None:
-        while (event := await outbound.get()) is not None:
-            await ws.send_text(json.dumps(event))
-
-    inflight: Future | None = None  # the work running now, in the pool
-    room = asyncio.Event()  # set when the session may read the next message (flow control)
-    room.set()
-
-    async def work_loop() -> None:
-        nonlocal inflight
-        while (work := await work_queue.get()) is not None:
-            inflight = state.pool.submit(transcriber.run, work)
-            result = await asyncio.wrap_future(inflight)
-            session.done(work)
-            if session.has_room:
-                room.set()
-            queue(result.events, [])
-            for signal in result.signals:
-                queue(*session.turn(signal))
-
-    sender = asyncio.create_task(send_loop())
-    worker = asyncio.create_task(work_loop())
-    queue(session.opening_events(), [])
+    connection = Connection(ws, state, session, state.transcriber)
+    state.connections.add(connection)
     try:
-        while True:
-            if not session.has_room:
-                # flow control: too much accepted audio awaits the model, so the next message is
-                # not read until it catches up; unread, the socket's buffers fill and TCP slows the
-                # sender down (no append is ever refused)
-                room.clear()
-                waiter = asyncio.ensure_future(room.wait())
-                await asyncio.wait([waiter, worker, sender], return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                if worker.done() or sender.done():
-                    break
-            message = await ws.receive()
-            if message["type"] == "websocket.disconnect":
-                break
-            queue(*session.receive(message.get("text") if message.get("text") is not None else message.get("bytes")))
-            if sender.done():  # the socket failed while sending
-                break
-    except WebSocketDisconnect:
-        pass
+        await connection.run()
     finally:
-        worker.cancel()
-        pending: list[Work] = []
-        while not work_queue.empty():
-            work = work_queue.get_nowait()
-            if work is not None:
-                pending.append(work)
-        session.close(pending)
-        release_streams(state, transcriber, inflight)
-        outbound.put_nowait(None)
-        sender.cancel()
-        for task in (worker, sender):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        state.connections.discard(connection)
 
 
-def release_streams(state: ServerState, transcriber: Transcriber, inflight: Future | None) -> None:
-    """Free a closed connection's streams (in the workers: at once) once its running work is done."""
-    def release(_: object = None) -> None:
-        with contextlib.suppress(RuntimeError):  # the pool is shut down: the workers are gone anyway
-            state.pool.submit(transcriber.close)
+async def drain(state: ServerState, drain_s: float, forced: Callable[[], bool] = lambda: False) -> None:
+    """The server shuts down: new sessions and uploads are refused from now on; open sessions
+    commit their open item and finish their work, REST jobs finish, all within ``drain_s``;
+    then what is left is cut (sessions close 1012 after an ``error`` saying what was not
+    transcribed; REST jobs answer 503), counted as dropped ``drain_deadline``."""
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    m = state.metrics
+    state.shutdown.deadline = t0 + drain_s
+    state.shutdown.draining = True
+    open_now = m.sessions_open, m.requests_open
+    for connection in list(state.connections):
+        connection.poke.set()
 
-    if inflight is not None and not inflight.done():
-        inflight.add_done_callback(release)
-    else:
-        release()
+    def busy() -> bool:
+        return bool(m.sessions_open or m.requests_open)
+
+    if busy():
+        log.info("susurrus: draining %d session(s) and %d request(s), at most %g s (--drain-s)", *open_now, drain_s)
+    while busy() and loop.time() < state.shutdown.deadline and not forced():
+        await asyncio.sleep(0.05)
+    if busy():  # the deadline passed (or a second Ctrl+C): cut what is left
+        state.shutdown.deadline = loop.time()
+        for connection in list(state.connections):
+            connection.poke.set()
+        for job in list(state.jobs):
+            job.cancel("drain_deadline")
+        grace = loop.time() + CLOSE_GRACE_S + 1.0
+        while busy() and loop.time() < grace and not forced():
+            await asyncio.sleep(0.05)
+    with m.lock:
+        accepted, transcribed = m.audio_accepted_seconds, m.audio_seconds
+        dropped = dict(m.audio_dropped)
+    by_reason = ", ".join(f"{r} {v:.1f} s" for r, v in sorted(dropped.items()) if v) or "none"
+    log.info("susurrus: drained in %.1f s; audio accepted %.3f s, transcribed %.3f s, dropped %.3f s (%s)",
+             loop.time() - t0, accepted, transcribed, sum(dropped.values()), by_reason)
 
 
 async def healthz(request: Request) -> JSONResponse:
+    """``ok`` (200), or ``draining`` (503) while the server shuts down, so a load balancer stops
+    sending it new clients."""
     state: ServerState = request.app.state.susurrus
-    return JSONResponse({"status": "ok", "model": state.model.name, "sessions_open": state.metrics.sessions_open,
-                         "max_sessions": state.limits.max_sessions,
-                         "workers": len(state.workers) if state.workers is not None else 0})
+    draining = state.shutdown.draining
+    return JSONResponse({"status": "draining" if draining else "ok", "model": state.model.name,
+                         "sessions_open": state.metrics.sessions_open, "max_sessions": state.limits.max_sessions,
+                         "workers": len(state.workers) if state.workers is not None else 0},
+                        status_code=503 if draining else 200)
 
 
 async def metrics(request: Request) -> PlainTextResponse:
@@ -236,13 +245,17 @@ def default_workers() -> int:
 
 def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None = None, workers: int | None = None,
                threads: int | None = None, extensions: bool = True,
-               uploads: rest.UploadLimits | None = None) -> Starlette:
+               uploads: rest.UploadLimits | None = None, allowed_origins: tuple[str, ...] | None = None,
+               drain_s: float = DEFAULT_DRAIN_S) -> Starlette:
     """The ASGI app around a loaded :class:`~susurrus.api.WhisperModel`.
 
     ``workers``: processes hosting the streams, each loading the model again with ``threads``
     torch threads (default 1); default one per core; 0: the streams run in this process's
-    threads, on ``model``. The workers are started (and have loaded the model) when this returns."""
+    threads, on ``model``. The workers are started (and have loaded the model) when this returns.
+    ``allowed_origins``: WebSocket ``Origin``s allowed besides the server's own (``access.py``);
+    ``drain_s``: how long a shutdown lets open work finish (:func:`drain`)."""
     limits = limits or Limits()
+    allowed_origins = parse_origins(",".join(allowed_origins)) if allowed_origins else None
     counters = Metrics()
     n = default_workers() if workers is None else workers
     if n < 0:
@@ -279,35 +292,53 @@ def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.susurrus = ServerState(model=model, limits=limits, api_key=api_key, pool=pool, metrics=counters,
                                      extensions=extensions, workers=worker_pool,
-                                     uploads=uploads or rest.UploadLimits())
+                                     uploads=uploads or rest.UploadLimits(), allowed_origins=allowed_origins,
+                                     drain_s=drain_s)
     return app
 
 
-def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_level: str = "info") -> Any:
+def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_level: str = "info",
+                   ssl_keyfile: str | None = None, ssl_certfile: str | None = None) -> Any:
     import uvicorn
+
+    from susurrus.transports.uvicorn_ext import WebSocketProtocol
 
     # messages up to 4x the limit get a clear error event and the session goes on; beyond that
     # the WebSocket layer closes the connection (1009) before the message is read.
     # Keepalive pings every 20 s, but no pong deadline: a client the server slows down (it stops
     # reading while the model catches up) answers only once its queued audio has been read, which
     # may take longer than any fixed deadline; a vanished client is still found by TCP, whose
-    # retransmissions of the pings fail.
-    return uvicorn.Config(app, host=host, port=port, ws="websockets-sansio", lifespan="on",
+    # retransmissions of the pings fail. The protocol is uvicorn's websockets-sansio one, which
+    # can also close a client that stopped reading (``uvicorn_ext``). After the drain, uvicorn
+    # waits at most a little longer than a close handshake for the connections left.
+    return uvicorn.Config(app, host=host, port=port, ws=WebSocketProtocol, lifespan="on",
                           ws_max_size=4 * limits.max_message_bytes, ws_ping_interval=20.0, ws_ping_timeout=None,
-                          log_level=log_level)
+                          log_level=log_level, ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile,
+                          timeout_graceful_shutdown=int(CLOSE_GRACE_S) + 1)
+
+
+def make_server(app: Starlette, config: Any) -> Any:
+    """A uvicorn server that drains ``app`` (:func:`drain`) before it shuts down."""
+    from susurrus.transports.uvicorn_ext import DrainingServer
+
+    state: ServerState = app.state.susurrus
+    return DrainingServer(config, lambda forced: drain(state, state.drain_s, forced))
 
 
 def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, *, limits: Limits | None = None,
           api_key: str | None = None, workers: int | None = None, threads: int | None = None,
-          log_level: str = "info", sock: socket.socket | None = None, uploads: rest.UploadLimits | None = None
-          ) -> None:
-    """Run the server until interrupted; ``sock``: one from :func:`listen_socket` (made here when not given)."""
-    import uvicorn
-
+          log_level: str = "info", sock: socket.socket | None = None, uploads: rest.UploadLimits | None = None,
+          allowed_origins: tuple[str, ...] | None = None, drain_s: float = DEFAULT_DRAIN_S,
+          ssl_keyfile: str | None = None, ssl_certfile: str | None = None) -> None:
+    """Run the server until SIGTERM or Ctrl+C, then drain it (:func:`drain`); ``sock``: one from
+    :func:`listen_socket` (made here when not given); ``ssl_keyfile`` and ``ssl_certfile``: serve
+    TLS (https, wss)."""
     limits = limits or Limits()
     sock = sock or listen_socket(host, port)
-    app = create_app(model, limits=limits, api_key=api_key, workers=workers, threads=threads, uploads=uploads)
-    uvicorn.Server(uvicorn_config(app, host, port, limits, log_level)).run(sockets=[sock])
+    app = create_app(model, limits=limits, api_key=api_key, workers=workers, threads=threads, uploads=uploads,
+                     allowed_origins=allowed_origins, drain_s=drain_s)
+    config = uvicorn_config(app, host, port, limits, log_level, ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile)
+    make_server(app, config).run(sockets=[sock])
 
 
 class BackgroundServer:
@@ -318,13 +349,14 @@ class BackgroundServer:
     """
 
     def __init__(self, model: Any, host: str = "127.0.0.1", port: int = 0, **options: Any):
-        import uvicorn
-
         limits = options.pop("limits", Limits())
+        tls = {key: options.pop(key, None) for key in ("ssl_keyfile", "ssl_certfile")}
+        self.scheme = "https" if tls["ssl_certfile"] else "http"
         self.sock = listen_socket(host, port)
         self.host, self.port = host, self.sock.getsockname()[1]
         self.app = create_app(model, limits=limits, **options)
-        self.server = uvicorn.Server(uvicorn_config(self.app, host, self.port, limits, log_level="warning"))
+        self.server = make_server(self.app, uvicorn_config(self.app, host, self.port, limits, log_level="warning",
+                                                           **tls))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        name="susurrus-server", daemon=True)
 
@@ -334,11 +366,11 @@ class BackgroundServer:
 
     @property
     def http_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     @property
     def url(self) -> str:
-        return f"ws://{self.host}:{self.port}/v1/realtime"
+        return f"{'wss' if self.scheme == 'https' else 'ws'}://{self.host}:{self.port}/v1/realtime"
 
     def start(self) -> BackgroundServer:
         import time
@@ -352,8 +384,9 @@ class BackgroundServer:
         return self
 
     def stop(self) -> None:
+        """Shut down as SIGTERM does: drain (at most ``drain_s``), then stop."""
         self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=self.state.drain_s + 2 * CLOSE_GRACE_S + 10)
         self.sock.close()
 
     def __enter__(self) -> BackgroundServer:
