@@ -11,7 +11,7 @@ import functools
 import sys
 from pathlib import Path
 
-from susurrus.transports.cli_args import UsageError, float_range, int_range, language_arg
+from susurrus.transports.cli_args import UsageError, float_range, int_range, language_arg, origins_arg
 from susurrus.transports.writers import WRITERS, format_timestamp, write_result
 
 THREADS_HELP = ("torch threads (default: %(default)s: one thread was 2-5x faster than all cores on a "
@@ -160,6 +160,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"susurrus serve: {err.strerror or err}", file=sys.stderr)
         return 2
+    if (args.ssl_keyfile is None) != (args.ssl_certfile is None):
+        print("susurrus serve: TLS needs both --ssl-keyfile and --ssl-certfile", file=sys.stderr)
+        return 2
+    for option, path in (("--ssl-keyfile", args.ssl_keyfile), ("--ssl-certfile", args.ssl_certfile)):
+        if path is not None and not Path(path).is_file():
+            print(f"susurrus serve: {option} {path}: no such file", file=sys.stderr)
+            return 2
     import susurrus
     from susurrus.transports.realtime_settings import Limits
     from susurrus.transports.rest import UploadLimits
@@ -170,14 +177,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     model = susurrus.load_model(args.model, threads=args.threads if args.workers == 0 else None,
                                 int8_output=args.int8_output)
     limits = Limits(max_message_bytes=args.max_message_kb * 1024, max_buffered_s=args.max_buffered_s,
-                    max_sessions=args.max_sessions)
+                    max_sessions=args.max_sessions, max_outbound_bytes=args.max_outbound_kb * 1024,
+                    idle_s=args.idle_timeout_s, max_session_s=args.max_session_s)
     uploads = UploadLimits(max_bytes=round(args.max_upload_mb * 1024 * 1024), max_seconds=args.max_upload_s)
     shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0", "::") else args.host
-    print(f"susurrus: demo at http://{shown}:{args.port}/ , OpenAI Realtime transcription at "
-          f"ws://{shown}:{args.port}/v1/realtime , OpenAI audio REST API at http://{shown}:{args.port}/v1/audio/",
+    http, ws = ("https", "wss") if args.ssl_certfile else ("http", "ws")
+    print(f"susurrus: demo at {http}://{shown}:{args.port}/ , OpenAI Realtime transcription at "
+          f"{ws}://{shown}:{args.port}/v1/realtime , OpenAI audio REST API at {http}://{shown}:{args.port}/v1/audio/",
           file=sys.stderr)
     serve(model, args.host, args.port, limits=limits, api_key=args.api_key, workers=args.workers,
-          threads=args.threads, log_level=args.log_level, sock=sock, uploads=uploads)
+          threads=args.threads, log_level=args.log_level, sock=sock, uploads=uploads,
+          allowed_origins=args.allowed_origins, drain_s=args.drain_s, ssl_keyfile=args.ssl_keyfile,
+          ssl_certfile=args.ssl_certfile)
     return 0
 
 
@@ -363,6 +374,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="audio per session accepted but not yet transcribed, in seconds; at this much the "
                         "server stops reading the connection until the model catches up, so TCP slows a fast "
                         "sender down (flow control: no audio is refused) (default: %(default)s)")
+    v.add_argument("--max-outbound-kb", type=int_range(0), default=1024,
+                   help="server events queued for a client that does not read them, in KiB, beyond what its "
+                        "socket holds; past it the session is closed (close code 1008, error client_too_slow) and "
+                        "its memory freed; 0: no limit (default: %(default)s)")
+    v.add_argument("--idle-timeout-s", type=float_range(0.0), default=300.0,
+                   help="close a session after this many seconds without a client message while the model has "
+                        "nothing of it to do (close code 1000, error idle_timeout); live clients send audio every "
+                        "20-100 ms, even in silence; 0: never (default: %(default)s)")
+    v.add_argument("--max-session-s", type=float_range(0.0), default=0.0,
+                   help="end sessions this old: the open item is committed and transcribed, then close code 1000 "
+                        "(error session_expired); 0: no limit (default: %(default)s)")
+    v.add_argument("--drain-s", type=float_range(0.0), default=30.0,
+                   help="on SIGTERM or Ctrl+C: refuse new sessions and uploads (close code 1012 / HTTP 503, "
+                        "/healthz 503), commit each session's open item and let open work finish for at most this "
+                        "many seconds, then close what is left (close code 1012 after an error saying what was not "
+                        "transcribed); a second Ctrl+C cuts it short (default: %(default)s)")
+    v.add_argument("--allowed-origins", type=origins_arg, default=None, metavar="ORIGINS",
+                   help="comma-separated web origins (https://app.example.com) whose pages may open WebSocket "
+                        "sessions, besides the server's own (the demo), or '*' for any; clients without an Origin "
+                        "header (not browsers: SDKs, susurrus client) are always allowed; others are refused with "
+                        "HTTP 403 (default: same origin only)")
+    v.add_argument("--ssl-keyfile", default=None, metavar="FILE",
+                   help="TLS private key (PEM): serve https:// and wss:// (with --ssl-certfile)")
+    v.add_argument("--ssl-certfile", default=None, metavar="FILE",
+                   help="TLS certificate chain (PEM), with --ssl-keyfile")
     v.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="how much the server logs (uvicorn's levels; info: one line per connection) "
                         "(default: %(default)s)")

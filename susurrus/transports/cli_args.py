@@ -47,6 +47,16 @@ def float_range(low: float, high: float | None = None, *, low_open: bool = False
     return parse
 
 
+def origins_arg(text: str) -> tuple[str, ...] | None:
+    """An argparse ``type``: ``--allowed-origins``, comma-separated origins or ``*``."""
+    from susurrus.transports.access import parse_origins
+
+    try:
+        return parse_origins(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def language_arg(text: str) -> str:
     """An argparse ``type``: a Whisper language code or name (``de``, ``German``) as its code."""
     try:
