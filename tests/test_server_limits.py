@@ -1,0 +1,333 @@
+"""Server limits and shutdown on a real server (uvicorn on loopback, tiny.en, real speech): a client
+that stops reading is closed and freed, idle sessions close, the WebSocket ``Origin`` allow-list,
+the API key on both transports, TLS, every accepted audio second accounted for in ``/metrics``,
+and the drain on shutdown (in process with a short deadline; ``susurrus serve`` in a subprocess
+with SIGTERM)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from server_helpers import Conn, metrics, pcm16_at, update_event, wait_for_metric
+from websockets.client import ClientProtocol
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.frames import Opcode
+from websockets.protocol import State
+from websockets.uri import parse_uri
+
+from susurrus.audio.io import decode_audio
+from susurrus.evaluation.metrics import corpus_error_rate
+from susurrus.transports.access import key_matches, origin_allowed, parse_origins
+from susurrus.transports.metrics import DROP_REASONS
+
+KEY = {"Authorization": "Bearer limits-key"}
+COMPLETED = "conversation.item.input_audio_transcription.completed"
+LONG = "librispeech_test-clean_1089-134686-0000"  # 10.4 s
+SHORT = "ljspeech_LJ001-0008"  # 1.8 s
+SHORT5 = "ljspeech_LJ001-0004"  # 5.1 s
+APP = "https://app.example.com"
+
+
+@pytest.fixture(scope="module")
+def limited(tiny):
+    """A server with small limits: 64 KiB of unread events, 2 s idle, an API key, one allowed
+    origin besides its own; streams in its threads on the shared tiny.en."""
+    from susurrus.transports.realtime_settings import Limits
+    from susurrus.transports.server import BackgroundServer
+
+    limits = Limits(max_message_bytes=256 * 1024, max_buffered_s=30.0, max_sessions=4,
+                    max_outbound_bytes=64 * 1024, idle_s=2.0)
+    with BackgroundServer(tiny, limits=limits, api_key="limits-key", workers=0, allowed_origins=(APP,),
+                          drain_s=5.0) as srv:
+        yield srv
+
+
+def _closed(c: Conn, timeout: float = 20) -> tuple[ConnectionClosed, list[dict]]:
+    """Read until the server closes; the close and the events read before it."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            seen.append(c.recv(timeout=max(0.1, deadline - time.monotonic())))
+    return closed.value, seen
+
+
+def _accounted(url: str) -> tuple[float, float, dict[str, float]]:
+    m = metrics(url)
+    dropped = {r: m.get(f'susurrus_audio_dropped_seconds_total{{reason="{r}"}}', 0.0) for r in DROP_REASONS}
+    return m["susurrus_audio_accepted_seconds_total"], m["susurrus_audio_seconds_total"], dropped
+
+
+def _wait_accounted(url: str, timeout: float = 60) -> tuple[float, float, dict[str, float]]:
+    """Once no work is left, accepted = transcribed + dropped (each metric is rounded to 1 ms)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        accepted, transcribed, dropped = _accounted(url)
+        if abs(accepted - transcribed - sum(dropped.values())) <= 0.01 or time.monotonic() > deadline:
+            return accepted, transcribed, dropped
+        time.sleep(0.1)
+
+
+class NeverReads:
+    """A WebSocket client on a raw socket (websockets' sans-I/O protocol) that, once connected,
+    sends and never reads: whatever the server sends waits in the sockets."""
+
+    def __init__(self, server, headers: dict[str, str]):
+        self.sock = socket.create_connection((server.host, server.port), timeout=10)
+        self.protocol = ClientProtocol(parse_uri(server.url))
+        request = self.protocol.connect()
+        for name, value in headers.items():
+            request.headers[name] = value
+        self.protocol.send_request(request)
+        self.sock.sendall(b"".join(self.protocol.data_to_send()))
+        while self.protocol.state is State.CONNECTING:  # the handshake's answer, byte by byte: nothing more
+            self.protocol.receive_data(self.sock.recv(1))
+        assert self.protocol.state is State.OPEN, self.protocol.handshake_exc
+        self.protocol.events_received()  # the handshake's response
+
+    def send(self, text: str) -> None:
+        self.protocol.send_text(text.encode())
+        self.sock.sendall(b"".join(self.protocol.data_to_send()))
+
+    def read_all(self) -> list:
+        """Now read: every frame the server sent, up to its close."""
+        self.sock.settimeout(10)
+        while self.protocol.close_rcvd is None:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                break
+            self.protocol.receive_data(data)
+        self.sock.close()
+        return self.protocol.events_received()
+
+
+def test_a_client_that_never_reads_is_closed_and_its_session_freed(limited):
+    """The client asks for events (a session.update is answered with ~0.5 KB) and reads none: once
+    64 KiB wait beyond the sockets' buffers the session is closed, its queue freed and the gauge
+    back to 0, while the client still has not read; reading then, it finds the events sent before,
+    the error ``client_too_slow`` and close 1008 with its reason."""
+    url = limited.http_url
+    assert wait_for_metric(url, "susurrus_sessions_open", lambda v: v == 0) == 0
+    c = NeverReads(limited, KEY)
+    assert wait_for_metric(url, "susurrus_sessions_open", lambda v: v == 1) == 1
+    update = json.dumps(update_event(susurrus={"latency": "high"}))
+    sent = 0
+    with contextlib.suppress(OSError):  # the server may cut the connection while the client still sends
+        while limited.state.connections and sent < 200_000:  # ~1 MB of answers fill the sockets and the queue
+            c.send(update)
+            sent += 1
+    assert wait_for_metric(url, "susurrus_sessions_open", lambda v: v == 0) == 0
+    assert not limited.state.connections
+    frames = c.read_all()
+    assert c.protocol.close_rcvd is not None and c.protocol.close_rcvd.code == 1008
+    assert "too slow" in c.protocol.close_rcvd.reason
+    texts = [json.loads(f.data) for f in frames if f.opcode is Opcode.TEXT]
+    assert texts[0]["type"] == "session.created" and texts[1]["type"] == "session.updated"
+    assert texts[-1]["type"] == "error" and texts[-1]["error"]["code"] == "client_too_slow"
+    assert len(texts) < sent  # the events queued beyond the limit were freed, not sent
+    assert metrics(url)['susurrus_errors_total{type="server_error",code="client_too_slow"}'] >= 1
+    with Conn(limited.url, additional_headers=KEY) as again:  # the server serves on
+        assert again.recv()["type"] == "session.created"
+
+
+def test_an_idle_session_is_closed(limited):
+    with Conn(limited.url, additional_headers=KEY) as c:
+        assert c.recv()["type"] == "session.created"
+        t0 = time.monotonic()
+        closed, seen = _closed(c)
+    assert 1.5 <= time.monotonic() - t0 <= 10
+    assert [e["error"]["code"] for e in seen if e["type"] == "error"] == ["idle_timeout"]
+    assert closed.rcvd is not None and closed.rcvd.code == 1000 and closed.rcvd.reason == "idle timeout"
+    assert wait_for_metric(limited.http_url, "susurrus_sessions_open", lambda v: v == 0) == 0
+
+
+def test_the_websocket_origin_is_checked(limited):
+    own = f"http://{limited.host}:{limited.port}"
+    for origin in (APP, own, None):  # allowed, the server's own page, a client without Origin
+        with Conn(limited.url, additional_headers=KEY, origin=origin) as c:
+            assert c.recv()["type"] == "session.created"
+    for origin in ("https://evil.example.com", "null", f"https://{limited.host}:{limited.port}"):
+        with pytest.raises(InvalidStatus) as refused:
+            Conn(limited.url, additional_headers=KEY, origin=origin)
+        assert refused.value.response.status_code == 403
+    assert metrics(limited.http_url)['susurrus_sessions_refused_total{reason="origin_not_allowed"}'] >= 3
+    # the rules themselves
+    assert parse_origins("https://A.example.com, http://b:8080 ,*") == ("https://a.example.com:443",
+                                                                        "http://b:8080", "*")
+    with pytest.raises(ValueError):
+        parse_origins("https://a.example.com/path")
+    assert origin_allowed({"origin": "http://x:1", "host": "y"}, "ws", ("*",))
+    assert origin_allowed({"origin": "https://demo.local", "host": "demo.local"}, "wss", None)
+    assert not origin_allowed({"origin": "http://demo.local", "host": "demo.local"}, "wss", None)
+
+
+def test_a_wrong_key_is_refused_on_both_transports(limited):
+    assert key_matches("limits-key", "limits-key") and not key_matches("limits-kez", "limits-key")
+    assert not key_matches(None, "limits-key") and not key_matches("", "limits-key")
+    with Conn(limited.url, additional_headers={"Authorization": "Bearer limits-kez"}) as c:
+        assert c.recv()["error"]["code"] == "invalid_api_key"
+        closed, _ = _closed(c)
+        assert closed.rcvd is not None and closed.rcvd.code == 1008
+    for headers, status in (({"Authorization": "Bearer limits-kez"}, 401), ({}, 401), (KEY, 200)):
+        request = urllib.request.Request(f"{limited.http_url}/v1/models", headers=headers)
+        try:
+            got = urllib.request.urlopen(request, timeout=10).status
+        except urllib.error.HTTPError as err:
+            got = err.code
+            assert json.loads(err.read())["error"]["code"] == "invalid_api_key"
+        assert got == status
+
+
+def test_every_accepted_audio_second_is_transcribed_or_dropped_with_a_reason(limited, dev_item):
+    """A completed item, a client that leaves with 10 s queued, a clear: in /metrics, accepted =
+    transcribed + dropped, the dropped audio under its reason."""
+    url = limited.http_url
+    before = _wait_accounted(url)
+    short = pcm16_at(decode_audio(dev_item(SHORT).audio), 24000)
+    long = pcm16_at(decode_audio(dev_item(LONG).audio), 24000)
+    with Conn(limited.url, additional_headers=KEY) as c:
+        c.until("session.created")
+        c.append(long, 2400, "x")
+        c.send({"type": "input_audio_buffer.clear"})
+        c.until("input_audio_buffer.cleared")
+        c.append(short, 2400)
+        c.send({"type": "input_audio_buffer.commit"})
+        assert c.until(COMPLETED)["transcript"]
+    gone = Conn(limited.url, additional_headers=KEY)
+    gone.until("session.created")
+    gone.append(long, 2400)
+    gone.ws.close()  # with most of it queued
+    assert wait_for_metric(url, "susurrus_sessions_open", lambda v: v == 0) == 0
+    accepted, transcribed, dropped = _wait_accounted(url)
+    sent = (2 * len(long) + len(short)) / 24000
+    assert accepted - before[0] == pytest.approx(sent, abs=0.01)
+    assert accepted == pytest.approx(transcribed + sum(dropped.values()), abs=0.01)
+    assert dropped["client_gone"] - before[2]["client_gone"] > 0
+    assert transcribed - before[1] >= len(short) / 24000 - 0.01
+
+
+def test_shutdown_past_the_drain_deadline_says_what_was_not_transcribed(tiny, dev_item):
+    """In process, a drain of 0.5 s: a client that committed 10 s of audio, all of it still queued,
+    gets an error saying how much was not transcribed and close 1012; the rest is counted as
+    dropped ``drain_deadline``."""
+    from susurrus.transports.server import BackgroundServer
+
+    pcm = pcm16_at(decode_audio(dev_item(LONG).audio), 16000)
+    srv = BackgroundServer(tiny, workers=0, drain_s=0.5).start()
+    try:
+        with Conn(srv.url) as c:
+            c.until("session.created")
+            c.send(update_event(rate=16000))
+            c.append(pcm, 1600)
+            c.send({"type": "input_audio_buffer.commit"})
+            c.until("input_audio_buffer.committed")
+            stopping = threading.Thread(target=srv.stop)
+            stopping.start()
+            closed, seen = _closed(c)
+            stopping.join(timeout=30)
+    finally:
+        srv.stop()
+    assert closed.rcvd is not None and closed.rcvd.code == 1012 and closed.rcvd.reason == "server shutting down"
+    errors = [e["error"] for e in seen if e["type"] == "error"]
+    assert [e["code"] for e in errors] == ["server_shutting_down"] and "not transcribed" in errors[0]["message"]
+    assert not any(e["type"] == COMPLETED for e in seen)
+    m = srv.state.metrics
+    deadline = time.monotonic() + 30
+    while abs(m.audio_accepted_seconds - m.audio_seconds - m.audio_dropped_seconds) > 0.01:
+        assert time.monotonic() < deadline, "the running work did not finish"
+        time.sleep(0.05)
+    assert m.audio_accepted_seconds == pytest.approx(len(pcm) / 16000, abs=0.01)
+    assert m.audio_dropped["drain_deadline"] > 1.0
+
+
+def test_sigterm_drains_the_server_the_committed_item_completes_before_the_close(dev_item, tmp_path):
+    """``susurrus serve`` in a subprocess: a client streams a recording (faster than the model),
+    commits, and the server gets SIGTERM at once: new sessions are refused (1012), /healthz says
+    draining, the client still gets the completed transcript, then close 1012; the server's last
+    log line accounts for all accepted audio."""
+    item = dev_item(SHORT5)
+    audio = decode_audio(item.audio)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(__import__("pathlib").Path(__file__).parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    log = tmp_path / "serve.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "susurrus", "serve", "--model", "tiny.en", "--port", str(port),
+                                 "--workers", "0", "--threads", "1", "--drain-s", "60", "--max-buffered-s", "60"],
+                                stderr=err, stdout=subprocess.DEVNULL, env=env)
+    try:
+        http, url = f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/v1/realtime"
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                urllib.request.urlopen(f"{http}/healthz", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+        with Conn(url) as c:
+            c.until("session.created")
+            c.send(update_event(rate=16000))
+            c.append(pcm16_at(audio, 16000), 1600)
+            c.send({"type": "input_audio_buffer.commit"})
+            c.until("input_audio_buffer.committed")
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)  # uvicorn looks at its exit flag every 0.1 s
+            with Conn(url) as late:
+                assert late.recv()["error"]["code"] == "server_shutting_down"
+                closed, _ = _closed(late)
+                assert closed.rcvd is not None and closed.rcvd.code == 1012
+            with pytest.raises(urllib.error.HTTPError) as health:
+                urllib.request.urlopen(f"{http}/healthz", timeout=5)
+            assert health.value.code == 503 and json.loads(health.value.read())["status"] == "draining"
+            done = c.until(COMPLETED, timeout=120)
+            closed, seen = _closed(c, timeout=30)
+        assert corpus_error_rate([(item.text, done["transcript"])]) <= 20.0  # the whole recording's words
+        assert closed.rcvd is not None and closed.rcvd.code == 1012
+        assert not [e for e in c.events if e["type"] == "error"]
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    found = re.search(r"audio accepted ([\d.]+) s, transcribed ([\d.]+) s, dropped ([\d.]+) s", text)
+    assert found, text
+    accepted, transcribed, dropped = map(float, found.groups())
+    assert accepted == pytest.approx(len(audio) / 16000, abs=0.01)
+    assert transcribed == pytest.approx(accepted, abs=0.01) and dropped == 0.0
+
+
+def test_tls(tiny, tmp_path):
+    """``--ssl-keyfile`` / ``--ssl-certfile``: https and wss with a self-signed certificate."""
+    from susurrus.transports.server import BackgroundServer
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    made = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                           str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
+                           "subjectAltName=IP:127.0.0.1"], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"openssl could not make a certificate: {made.stderr.decode()[-200:]}")
+    context = ssl.create_default_context(cafile=str(cert))
+    with BackgroundServer(tiny, workers=0, ssl_keyfile=str(key), ssl_certfile=str(cert)) as srv:
+        assert srv.url.startswith("wss://")
+        health = json.loads(urllib.request.urlopen(f"{srv.http_url}/healthz", timeout=10, context=context).read())
+        assert health["status"] == "ok"
+        with Conn(srv.url, ssl=context) as c:
+            assert c.recv()["type"] == "session.created"
