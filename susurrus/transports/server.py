@@ -15,6 +15,11 @@ session never blocks another's socket. The streams themselves live in ``workers`
 (``workers.py``: the Python side of a streaming step holds the GIL, so one process gets about
 one core), each stream pinned to the least-loaded worker; ``workers=0`` runs them in the
 server's threads on the one model.
+
+Each connection is a :class:`~susurrus.transports.realtime_connection.Connection` (flow control,
+the bounded outgoing queue, idle and max-duration timers, how a session ends). The WebSocket
+``Origin`` and the API key are checked first (``access.py``). On shutdown :func:`drain` refuses
+new work and lets open work finish within ``drain_s`` (``uvicorn_ext.DrainingServer``).
 """
 
 from __future__ import annotations
