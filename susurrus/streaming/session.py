@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -54,18 +53,29 @@ from susurrus.decoding.alignment import (
 from susurrus.decoding.decode import DecodingOptions, LogitRules, detect_language
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, DecoderCache, Whisper
+from susurrus.streaming.config import (
+    DETECT_EARLIEST_S,
+    DETECT_SURE,
+    FRAME_S,
+    PRESETS,
+    RETRY_SPEECH_S,
+    SENTENCE_END,
+    SILENCE_LEVEL,
+    UNSPACED_LANGUAGES,
+    StreamConfig,
+    stream_config,
+)
 from susurrus.streaming.encoder import EncoderState, encode_step
-from susurrus.streaming.frontend import MelState, push_audio
+from susurrus.streaming.events import Committed, Event, Interim, LanguageDetected, StepStats, StreamWord, TurnEnded
+from susurrus.streaming.frontend import push_audio
 from susurrus.streaming.hallucination import hallucination_verdict
+from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv
 from susurrus.streaming.vad import (
     FRAME_MS,
     FRAME_SAMPLES,
     SileroVad,
     SpeechStarted,
     SpeechStopped,
-    TurnConfig,
-    TurnState,
-    VadState,
     finish_turn,
     load_vad,
     push_turn,
@@ -75,218 +85,58 @@ from susurrus.streaming.vad import (
     vad_probs,
 )
 
-FRAME_S = 0.02  # seconds per encoder frame
-# a multilingual stream without a language decides it once the decoder gives one this probability
-# (English dev items: 0.86-0.96 after 1.5 s; Swedish and Spanish are 0.2-0.3 guesses then, and
-# wrong: they wait for detect_ms), and not before this much audio
-DETECT_SURE = 0.8
-DETECT_EARLIEST_S = 1.0
-RETRY_SPEECH_S = 0.5  # speech left 0.5 s past a window's last word that makes its last decode retry
-# Whisper pads a window with digital silence: log-mel at the floor, 8 below the audio's maximum,
-# normalised (floor + 4) / 4 = -0.7 for speech peaking at ~1.2 (dev and hard: 0.9-1.5; the
-# streams do not change within -0.6..-0.9). A pad of normalised 0 (4 above the floor, what
-# padding the normalised log-mel with zeros gives) reads as sound: base invented words in it
-SILENCE_LEVEL = -0.7
-SENTENCE_END = (".", "?", "!", "。", "？", "！")  # punctuation a sentence ends with
-UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # written without spaces between words
+__all__ = [  # what other modules import from here (the settings and events live in config.py, events.py)
+    "DETECT_EARLIEST_S", "DETECT_SURE", "FRAME_S", "PRESETS", "RETRY_SPEECH_S", "SENTENCE_END", "SILENCE_LEVEL",
+    "UNSPACED_LANGUAGES", "Committed", "CrossBuffer", "Event", "Interim", "LanguageDetected", "StepStats",
+    "StreamConfig", "StreamSession", "StreamWord", "TurnEnded", "WindowState", "silence_cross_kv", "stream_config",
+    "word_key",
+]
 
 
-@dataclass(frozen=True)
-class StreamConfig:
-    chunk_ms: int = 640  # audio per step
-    # encoder frames kept provisional at the edge: re-encoded at every step, in both directions
-    # with each other, so that a frame is final only once it has heard this much of what follows
-    # (offline, Whisper hears it all: with 400 ms, hard speech lost 10 WER points to offline)
-    lookahead_ms: int = 1000
-    # the first frames of the silence after the audio, encoded at each step as its continuation:
-    # offline, Whisper's padding frames attend to the speech before them, and that is how the
-    # decoder knows where speech ends (base: 7.4 -> 6.3 % WER on 13 dev items; the rest of the
-    # 30 s is the encoder output of silence alone, computed once per model)
-    silence_context_ms: int = 500
-    commit_margin_ms: int = 500  # AlignAtt: commit tokens attending this far before the edge
-    policy: str = "alignatt"  # or "agreement" (commit what two consecutive steps agree on)
-    eot_guard: bool = True  # refuse end-of-text while speech remains after the last token
-    max_window_s: float = 24.0  # re-anchor the window when it holds this much audio
-    context_tokens: int = 96  # previous committed tokens given as the prompt
-    max_step_tokens: int = 32  # tokens decoded per step at most
-    reuse_prefix: bool = True  # keep the forced prefix's decoder keys/values between steps
-    first_commit_ms: int = 1500  # commit nothing until the window holds this much audio
-    stall_s: float = 8.0  # re-anchor when nothing was committed for this long after committed text
-    confident_prob: float = 0.5  # tokens less likely than this need ...
-    uncertain_margin_ms: int = 1500  # ... this margin instead (more right context to settle)
-    first_margin_ms: int = 1000  # commit margin until the window's first commit (opening words need context)
-    opening_agreement: bool = True  # ... and two consecutive steps must agree on them
-    interim_edge_ms: int = 200  # stop decoding at tokens read this close to the audio edge (they change)
-    reread_frames: int = 25  # stop at a new word read this many encoder frames (20 ms) before the last one
-    vad: bool = True  # Silero VAD: no compute in non-speech, no text over it
-    vad_threshold: float = 0.5  # a 32 ms frame is speech when its probability reaches this (turns)
-    # ... and may be speech at this: the gate wakes and stays awake on such frames, and the guard
-    # counts them as speech. Silero gives whispered or creaky speech 0.15-0.5 where noise and
-    # music stay under 0.05 (docs/benchmarks.md): the gate saves compute, it must not delete words
-    wake_threshold: float = 0.15
-    idle_after_ms: int = 1000  # no speech for this long: flush the window and stop computing
-    resume_pad_ms: int = 500  # audio kept before speech that resumes after idling
-    hallucination_guard: bool = True  # drop committed text over non-speech / known phrases over weak speech
-    turns: TurnConfig | None = None  # server_vad turn detection (speech started/stopped, a flush per turn)
-    semantic_turns: bool = False  # end turns sooner after a sure sentence end, later when the text trails off
-    detect_ms: int = 3000  # multilingual without a language: audio heard before detecting it
-    language: str | None = None
-    task: str = "transcribe"
-    # text the decoder is conditioned on, as Whisper's initial prompt offline (names, terms,
-    # style); unlike the text so far it is kept in every window's prompt, loops and stalls too
-    prompt: str | None = None
+def _in_state(path: str) -> property:
+    """A session attribute that lives in ``self.state`` at ``path`` (``"output.words"``): the
+    step's code and the session's users read and write it by its short name."""
+    group, _, name = path.rpartition(".")
 
-    @property
-    def gate_threshold(self) -> float:
-        """The probability at which a VAD frame may be speech: the gate and the guards use it."""
-        return min(self.wake_threshold, self.vad_threshold)
+    def get(self: StreamSession):
+        return getattr(getattr(self.state, group) if group else self.state, name)
 
-    def __post_init__(self) -> None:
-        if self.policy not in ("alignatt", "agreement"):
-            raise ValueError(f"policy must be 'alignatt' or 'agreement', not {self.policy!r}")
-        if not 20 <= self.chunk_ms <= 5000:
-            raise ValueError(f"chunk_ms must be within 20..5000, not {self.chunk_ms}")
-        if not 0 <= self.lookahead_ms <= 5000:
-            raise ValueError(f"lookahead_ms must be within 0..5000, not {self.lookahead_ms}")
-        if not 0 <= self.silence_context_ms <= 5000:
-            raise ValueError(f"silence_context_ms must be within 0..5000, not {self.silence_context_ms}")
-        if not 5.0 <= self.max_window_s <= 28.0:
-            raise ValueError(f"max_window_s must be within 5..28 s, not {self.max_window_s}")
-        if not 0.0 < self.vad_threshold < 1.0:
-            raise ValueError(f"vad_threshold must be within (0, 1), not {self.vad_threshold}")
-        if not 0.0 < self.wake_threshold < 1.0:
-            raise ValueError(f"wake_threshold must be within (0, 1), not {self.wake_threshold}")
-        if self.idle_after_ms < 200:
-            raise ValueError(f"idle_after_ms must be at least 200, not {self.idle_after_ms}")
+    def put(self: StreamSession, value) -> None:
+        setattr(getattr(self.state, group) if group else self.state, name, value)
 
-
-PRESETS: dict[str, StreamConfig] = {
-    "low": StreamConfig(chunk_ms=320, lookahead_ms=1000, commit_margin_ms=500),
-    "medium": StreamConfig(),
-    "high": StreamConfig(chunk_ms=960, lookahead_ms=1500, commit_margin_ms=800),
-}
-
-
-@dataclass(frozen=True)
-class StreamWord:
-    word: str  # with its leading space, as Whisper writes it
-    start: float  # seconds of stream audio
-    end: float
-    emitted_at: float  # seconds of audio fed when it was committed
-    probability: float
-
-
-@dataclass(frozen=True)
-class Committed:
-    """Words that became final. Never revised."""
-
-    words: list[StreamWord]
-
-    @property
-    def text(self) -> str:
-        return "".join(w.word for w in self.words)
-
-
-@dataclass(frozen=True)
-class Interim:
-    """The current guess for the audio after the committed words; replaced by the next one."""
-
-    text: str
-    audio_time: float
-
-
-@dataclass(frozen=True)
-class TurnEnded:
-    """A speech turn closed (``turns`` set): everything said in it is committed."""
-
-    text: str
-    words: list[StreamWord]
-    audio_start_ms: int  # as the SpeechStarted that opened it (onset minus prefix padding)
-    audio_end_ms: int  # as the SpeechStopped that closed it
-
-
-@dataclass(frozen=True)
-class LanguageDetected:
-    """A multilingual stream without a fixed language picked one for the speech that follows."""
-
-    language: str
-    probability: float
-    audio_time: float
-
-
-Event = Committed | Interim | SpeechStarted | SpeechStopped | TurnEnded | LanguageDetected
-
-
-@dataclass
-class StepStats:
-    audio_time: float
-    compute_s: float  # wall-clock seconds of the step
-    cpu_s: float  # CPU seconds of the calling thread (what the step cost, whatever else runs)
-    encoded_frames: int
-    decoded_tokens: int
-
-
-@dataclass
-class WindowState:
-    """The current (≤ 30 s) window: its mel frames, encoder state and committed tokens."""
-
-    start_frame: int = 0  # absolute mel frame where the window starts
-    mel: torch.Tensor = field(default_factory=lambda: torch.zeros(80, 0))  # log10 power frames
-    encoder: EncoderState | None = None
-    committed: list[int] = field(default_factory=list)  # tokens committed in this window
-    committed_end_frame: int = 0  # encoder frame where the last committed word ends
-    last_hypothesis: list[int] = field(default_factory=list)  # uncommitted tokens of the last step
-    prefix: DecoderCache | None = None  # self-attention keys/values of the forced prefix but its last token
-
-
-class CrossBuffer:
-    """Per-layer cross-attention keys/values over 1500 positions: real frames written at the
-    front, the encoder output of silence (projected once) behind them."""
-
-    def __init__(self, pad: list[KV]):
-        self.pad = pad
-        self.kv = [KV(p.k.clone(), p.v.clone()) for p in pad]
-        self.real = 0  # positions holding real frames
-
-    def write(self, start: int, layers: list[KV]) -> None:
-        n = layers[0].k.shape[1]
-        for buf, new in zip(self.kv, layers):
-            buf.k[:, start:start + n] = new.k
-            buf.v[:, start:start + n] = new.v
-        if start + n < self.real:  # restore silence where real frames no longer reach
-            self.restore(start + n)
-        self.real = start + n
-
-    def save(self, start: int, stop: int) -> tuple[int, int, list[tuple[torch.Tensor, torch.Tensor]]]:
-        """A copy of positions ``[start, stop)`` (and of ``real``), for :meth:`load`."""
-        return start, self.real, [(kv.k[:, start:stop].clone(), kv.v[:, start:stop].clone()) for kv in self.kv]
-
-    def load(self, saved: tuple[int, int, list[tuple[torch.Tensor, torch.Tensor]]]) -> None:
-        """Put back what :meth:`save` copied."""
-        start, self.real, layers = saved
-        for kv, (k, v) in zip(self.kv, layers):
-            kv.k[:, start:start + k.shape[1]], kv.v[:, start:start + v.shape[1]] = k, v
-
-    def restore(self, start: int) -> None:
-        for buf, pad in zip(self.kv, self.pad):
-            buf.k[:, start:self.real] = pad.k[:, start:self.real]
-            buf.v[:, start:self.real] = pad.v[:, start:self.real]
-        self.real = min(self.real, start)
-
-
-@torch.inference_mode()
-def silence_cross_kv(net: Whisper, level: float = SILENCE_LEVEL) -> list[KV]:
-    """Cross keys/values of the encoder output for a window of digital silence (normalised
-    log-mel ``level``). One padded encode (~0.4 s with tiny): compute it once per model and
-    share it between sessions (``WhisperModel.stream`` does)."""
-    mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), level)
-    return net.decoder.cross_kv(net.encoder(mel))
+    return property(get, put, doc=f"``state.{path}``")
 
 
 class StreamSession:
-    """Incremental transcription of one audio stream. Not thread-safe; one per stream."""
+    """Incremental transcription of one audio stream. Not thread-safe; one per stream.
 
-    def __init__(self, net: Whisper, tokenizer: Tokenizer, config: StreamConfig = StreamConfig(),
+    What is shared and never changes is kept here (the model, settings, VAD network, silence);
+    everything that changes is ``self.state`` (:class:`~susurrus.streaming.state.StreamState`),
+    read and written through the attributes below."""
+
+    # where each attribute lives in the state (state.py): feed counters, ...
+    samples_fed, samples_at_last_step = _in_state("feed.samples_fed"), _in_state("feed.samples_at_last_step")
+    finished, _unheard = _in_state("feed.finished"), _in_state("feed.unheard")
+    # ... the sub-states of the front end, window, cross-attention buffer, VAD and turn detector, ...
+    mel_state, window, cross = _in_state("mel"), _in_state("window"), _in_state("cross")
+    vad_state, turn_state = _in_state("vad"), _in_state("turn")
+    # ... the VAD gate, ...
+    last_speech_ms, idle = _in_state("gate.last_speech_ms"), _in_state("gate.idle")
+    idle_since_ms, skipped = _in_state("gate.idle_since_ms"), _in_state("gate.skipped")
+    # ... the open turn's output, ...
+    turn_start_ms, turn_first_word = _in_state("open_turn.start_ms"), _in_state("open_turn.first_word")
+    _pause, _open_punctuation = _in_state("open_turn.pause"), _in_state("open_turn.open_punctuation")
+    # ... the language, ...
+    language, tokenizer = _in_state("language.code"), _in_state("language.tokenizer")
+    # ... the decoder's prompt and its loop/stall flags, ...
+    previous, _rules, _pieces = _in_state("decoder.previous"), _in_state("decoder.rules"), _in_state("decoder.pieces")
+    _reset_prompt, _looping = _in_state("decoder.reset_prompt"), _in_state("decoder.looping")
+    _retrying, _decode_looped = _in_state("decoder.retrying"), _in_state("decoder.decode_looped")
+    # ... and the output
+    words, dropped = _in_state("output.words"), _in_state("output.dropped")
+    interim, stats = _in_state("output.interim"), _in_state("output.stats")
+
+    def __init__(self, net: Whisper, tokenizer: Tokenizer, config: StreamConfig = StreamConfig(),  # noqa: B008 (frozen)
                  silence: list[KV] | None = None, vad: SileroVad | None = None):
         """``silence``: :func:`silence_cross_kv` of ``net``; ``vad``: a loaded Silero VAD. Both
         are shared between sessions (``WhisperModel.stream`` does); computed or loaded here
@@ -297,41 +147,21 @@ class StreamSession:
         # multilingual without a language: detected at each window's start (so a stream can
         # switch language between turns or pauses); until then nothing is decoded
         self.detect = net.is_multilingual and config.language is None
-        self.language: str | None = None if self.detect else (config.language if net.is_multilingual else "en")
-        self.tokenizer = tokenizer.with_options(self.language or "en", config.task)
-        self.mel_state = MelState(n_mels=net.dims.n_mels)
-        self._unheard: list[np.ndarray] = []  # samples fed, not through the mel front end yet
-        self.window = WindowState(mel=torch.zeros(net.dims.n_mels, 0))
-        self.cross = CrossBuffer(silence if silence is not None else silence_cross_kv(net))
+        self._silence = silence if silence is not None else silence_cross_kv(net)
         self.vad = (vad or load_vad()) if config.vad or config.turns else None
-        self.vad_state = VadState()
-        self.turn_state = TurnState(config.turns) if config.turns else None
-        self.turn_start_ms = 0  # audio_start_ms of the open turn
-        self.turn_first_word = 0  # index in ``words`` of the open turn's first word
-        self._pause: tuple[int, int | None] = (-1, None)  # (last speech frame, silence that ends the turn)
-        self.last_speech_ms: float | None = None  # end of the last VAD frame that may be speech (the gate's)
-        self.idle = config.vad  # computing nothing until speech (and again after long non-speech)
-        self.idle_since_ms = 0.0  # when the stream last went idle: speech after it wakes it
-        self.interim = ""  # the latest interim text
-        self.previous: list[int] = []  # committed tokens of earlier windows (prompt context)
-        self.words: list[StreamWord] = []  # every committed word
-        self.dropped: list[StreamWord] = []  # words the hallucination guard refused
-        self.skipped: list[tuple[float, float]] = []  # audio (s) the VAD gate never let the engine encode
-        self.samples_fed = 0
-        self.samples_at_last_step = 0
-        self.finished = False
-        self.stats: list[StepStats] = []
-        self._pieces: dict[int, str] = {}
-        self._rules: LogitRules | None = None  # for the current prompt length
-        self._reset_prompt = False  # the next window starts without the text so far as its prompt
-        self._looping = False  # the last step's decoding looped: re-anchor without the prompt
-        self._retrying = False  # in a window's second last decode (:meth:`_retry_end`)
-        self._decode_looped = False  # (set by _decode)
         self._silence_frames = round(config.silence_context_ms / 1000 / FRAME_S)
-        self._open_punctuation = False  # a turn's closing punctuation, output but not in the decoder's context
         # the user's prompt: at most half the context (Whisper keeps the last 224 tokens offline)
         self._given_prompt = (tokenizer.encode(" " + config.prompt.strip())[-(config.context_tokens // 2):]
                               if config.prompt and config.prompt.strip() and config.context_tokens else [])
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the stream: the state of one that has heard nothing (the model, settings, VAD
+        and silence stay)."""
+        language = None if self.detect else (self.config.language if self.net.is_multilingual else "en")
+        self.state = StreamState.fresh(self.net.dims.n_mels, self._silence,
+                                       self._base_tokenizer.with_options(language or "en", self.config.task),
+                                       language, self.config.turns, idle=self.config.vad)
 
     # ------------------------------------------------------------------ public API
 
@@ -1122,11 +952,3 @@ def _as_float(pcm: np.ndarray) -> np.ndarray:
     if pcm.size and not np.isfinite(pcm).all():
         raise ValueError("audio contains NaN or infinite samples")
     return pcm.astype(np.float32, copy=False)
-
-
-def stream_config(latency: str | None = None, **overrides) -> StreamConfig:
-    """A preset (low/medium/high) with explicit settings overriding it."""
-    name = latency or "medium"
-    if name not in PRESETS:
-        raise ValueError(f"latency must be one of {sorted(PRESETS)}, not {latency!r}")
-    return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
