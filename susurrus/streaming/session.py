@@ -42,17 +42,10 @@ import numpy as np
 import torch
 
 from susurrus.audio.features import SAMPLE_RATE, normalize, pad_or_trim
-from susurrus.decoding.alignment import (
-    WordTiming,
-    dtw,
-    median_filter,
-    merge_punctuations,
-    refine_with_energy,
-    speech_frames,
-)
 from susurrus.decoding.decode import DecodingOptions, LogitRules, detect_language
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, DecoderCache, Whisper
+from susurrus.streaming.commit import has_letters, stable_count, word_boundary
 from susurrus.streaming.config import (
     DETECT_EARLIEST_S,
     DETECT_SURE,
@@ -68,7 +61,9 @@ from susurrus.streaming.config import (
 from susurrus.streaming.encoder import EncoderState, encode_step
 from susurrus.streaming.events import Committed, Event, Interim, LanguageDetected, StepStats, StreamWord, TurnEnded
 from susurrus.streaming.frontend import push_audio
-from susurrus.streaming.hallucination import hallucination_verdict
+from susurrus.streaming.greedy import decode_step
+from susurrus.streaming.guards import reads_again, repeated_tail, repeats_thrice, speech_mask, word_key
+from susurrus.streaming.hallucination import heard, opening_hallucinated
 from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv
 from susurrus.streaming.vad import (
     FRAME_MS,
@@ -80,10 +75,10 @@ from susurrus.streaming.vad import (
     load_vad,
     push_turn,
     push_vad,
-    speech_fraction,
     text_turn_silence_ms,
     vad_probs,
 )
+from susurrus.streaming.words import end_frame, starts_word, step_words
 
 __all__ = [  # what other modules import from here (the settings and events live in config.py, events.py)
     "DETECT_EARLIEST_S", "DETECT_SURE", "FRAME_S", "PRESETS", "RETRY_SPEECH_S", "SENTENCE_END", "SILENCE_LEVEL",
@@ -465,21 +460,28 @@ class StreamSession:
             # at the stream start and after each re-anchoring
             n_commit = 0
         else:
-            n_commit = self._stable_count(tokens, frames, probs, n_real, relaxed)
-        n_commit = self._word_boundary(tokens, n_commit, final, following)
+            n_commit = stable_count(tokens, frames, probs, n_real, cfg, not win.committed, win.last_hypothesis,
+                                    self.tokenizer.decode, relaxed)
+        n_commit = word_boundary(tokens, n_commit, final, self._starts_word, self.tokenizer.eot, following)
+        guard_vad = self.vad_state if self.vad is not None else None
         if n_commit:
-            words, ends = self._words(tokens, n_commit, probs, qk, n_real)
+            words, ends = step_words(self.tokenizer, tokens, n_commit, probs, qk, n_real, win,
+                                     self.words[-1].end if self.words else None, round(self.audio_time, 3))
+            if words:
+                win.committed_end_frame = end_frame(words[-1], win)
             if final and words:  # the window's last words: one read in the silence after speech is invented,
                 # and a phrase of 3+ words said again at once is the decoder reading its audio twice
-                keep = min(self._heard(words), len(words) - _repeated_tail([w.word for w in self.words[-8:] + words],
-                                                                             len(words)))
+                n_heard = (heard(words, guard_vad, cfg.gate_threshold)
+                           if cfg.hallucination_guard and guard_vad is not None else len(words))
+                keep = min(n_heard, len(words) - repeated_tail([w.word for w in self.words[-8:] + words], len(words)))
                 if keep < len(words):
                     self.dropped.extend(words[keep:])
                     n_commit = ends[keep - 1] if keep else 0
                     words = words[:keep]
             alone = not win.committed  # the window's first words: where invented phrases appear
-            looped = bool(words) and _repeats_thrice([w.word for w in self.words[-24:]], [w.word for w in words])
-            if words and (looped or self._hallucinated(words, alone)):
+            looped = bool(words) and repeats_thrice([w.word for w in self.words[-24:]], [w.word for w in words])
+            if words and (looped or (cfg.hallucination_guard and alone
+                                     and opening_hallucinated(words, guard_vad, cfg.gate_threshold))):
                 # refused: not kept as a decoder prefix either (it would steer the rest of the
                 # window); the window restarts after the refused words, where they were read.
                 # A phrase committed a third time in a row is a decoding loop, fed by the prompt
@@ -496,14 +498,14 @@ class StreamSession:
             else:
                 win.committed.extend(tokens[:n_commit])
                 if self._open_punctuation:  # the decoder said the turn's closing punctuation again
-                    while words and not _has_letters(words[0].word):
+                    while words and not has_letters(words[0].word):
                         words = words[1:]
                 if words:
                     self._open_punctuation = False
                     self.words.extend(words)
                     events.append(Committed(words))
                 if turn_end:  # the output keeps it; the decoder's context does not
-                    while win.committed and not _has_letters(self.tokenizer.decode(win.committed[-1:])):
+                    while win.committed and not has_letters(self.tokenizer.decode(win.committed[-1:])):
                         win.committed.pop()
                         self._open_punctuation = True
         # the prefix cache now covers prompt + committed tokens but the last
@@ -534,7 +536,7 @@ class StreamSession:
             _, p = vad_probs(self.vad_state, start * 1000, self.audio_time * 1000)
             return float((p >= self.config.vad_threshold).sum()) * FRAME_MS / 1000
         first = max(0, round((start - win.start_frame / 100) / FRAME_S))
-        return float(_speech_mask(win.mel, win.mel.shape[1] // 2)[first:].sum()) * FRAME_S
+        return float(speech_mask(win.mel, win.mel.shape[1] // 2)[first:].sum()) * FRAME_S
 
     def _retry_end(self) -> list[Event]:
         """A window's last decode stopped while speech remains after its last committed word
@@ -555,7 +557,7 @@ class StreamSession:
         finally:
             self._retrying = False
         new = self.words[n_words:]
-        if new and _reads_again([w.word for w in self.words[max(0, n_words - 8):n_words]], [w.word for w in new]):
+        if new and reads_again([w.word for w in self.words[max(0, n_words - 8):n_words]], [w.word for w in new]):
             # it read the committed words again (their end time was early): not new speech
             self.words = self.words[:n_words]
             self.dropped.extend(new)
@@ -582,40 +584,6 @@ class StreamSession:
         self._rules = None
         return LanguageDetected(self.language, round(probability, 4), self.audio_time)
 
-    def _hallucinated(self, words: list[StreamWord], alone: bool) -> bool:
-        """The guard against text without speech. Only words that open a window (after a
-        pause: where Whisper invents text) are judged: punctuation alone, "[Music]" or notes,
-        words over audio the VAD calls mostly non-speech (under 20 % of the frames within
-        300 ms), and the phrases Whisper invents over noise ("Thank you.", subtitle credits)
-        over weak speech. Words inside a window are never refused: their times can be off by
-        a few hundred ms at a pause, and real speech must not be dropped (the VAD gating
-        already keeps the decoder off non-speech)."""
-        if not self.config.hallucination_guard or not alone:
-            return False
-        text = "".join(w.word for w in words)
-        if not any(c.isalnum() for c in text):
-            return True
-        fraction = None
-        if self.vad is not None:
-            fraction = speech_fraction(self.vad_state, words[0].start * 1000, words[-1].end * 1000,
-                                       threshold=self.config.gate_threshold, pad_ms=300)
-        return hallucination_verdict(text, fraction).drop
-
-    def _heard(self, words: list[StreamWord]) -> int:
-        """How many of ``words`` to keep at a window's end: all but the trailing ones over audio
-        the VAD calls non-speech (under 20 % of the frames within 300 ms may be speech)."""
-        if not self.config.hallucination_guard or self.vad is None:
-            return len(words)
-        keep = len(words)
-        while keep > 0:
-            w = words[keep - 1]
-            fraction = speech_fraction(self.vad_state, w.start * 1000, w.end * 1000,
-                                       threshold=self.config.gate_threshold, pad_ms=300)
-            if fraction is None or fraction >= 0.2:
-                break
-            keep -= 1
-        return keep
-
     def _update_cross(self, before: EncoderState, enc: EncoderState) -> None:
         start = before.finalized
         parts = [enc.final_out[:, start:], enc.provisional_out]
@@ -641,223 +609,20 @@ class StreamSession:
         and greedy decoding continues one token at a time only from where it diverges.
         Returns the tokens, the frame each attends to when predicted, their probabilities, the
         alignment-head attention (heads, tokens, 1500) and the decoder cache of the path."""
-        net, tok, cfg, win = self.net, self.tokenizer, self.config, self.window
         prompt = self._prompt()
-        forced = prompt + win.committed
-        heads = net.alignment_heads
-        base_len = len(forced) - 1
-        hyp = list(win.last_hypothesis)
-        dec = net.decoder
-        if win.prefix is None or not cfg.reuse_prefix or not win.committed:
-            # (until something is committed the prefix is just the prompt: recompute it, in the
-            # same pass as the hypothesis, so that it reads the audio as it is now)
-            cache = DecoderCache(self.cross.kv, [None] * len(dec.blocks))
-            hidden, cache, qk = dec(torch.tensor([[*forced, *hyp]]), cache, alignment_heads=heads, project=False)
-            hidden, qk = hidden[:, base_len:], qk[:, :, base_len:]
-            win.prefix = cache.rewind(base_len)
-        else:
-            hidden, cache, qk = dec(torch.tensor([[forced[-1], *hyp]]), win.prefix, alignment_heads=heads,
-                                    project=False)
-        approx = dec.project_approx(hidden[0])  # exact logits of the shortlist come per position below
         if self._rules is None or self._rules.sample_begin != len(prompt):
-            self._rules = LogitRules(tok, DecodingOptions(without_timestamps=True), len(prompt), net.dims.n_vocab)
-        rules = self._rules
-        budget = cfg.max_step_tokens if not final else 4 * cfg.max_step_tokens  # the last step says it all
-        limit = max(0, min(budget, net.dims.n_text_ctx - len(forced) - 1))
-        seq = list(forced)
-        tokens: list[int] = []
-        frames: list[int] = []
-        probs: list[float] = []
-        attns: list[torch.Tensor] = []
-        speech = None
-        forced = -1  # after a refused end-of-text: the furthest frame read when it was refused
-        glitched = False
-        edge = round(cfg.interim_edge_ms / 1000 / FRAME_S)
-        aligned = cfg.task == "transcribe"
-        following = None  # the token predicted after the last one kept (it tells if a word ended)
-        self._decode_looped = False
-        i = 0  # position in the current hidden/qk that predicts the next token
-        while len(tokens) < limit:
-            row = approx[i].clone()
-            rules(row[None], [seq])
-            row = dec.rescore(hidden[0, i], row)
-            if cfg.eot_guard and int(row.argmax()) == tok.eot and len(tokens) < 2 * cfg.max_step_tokens:
-                # end-of-text guard: refuse it while speech remains after the last token
-                if speech is None:
-                    speech = _speech_mask(win.mel, n_real)
-                # half a second of speech beyond half a second past the furthest token; at a
-                # window's last step (nothing after it will read this audio) 0.3 s beyond 0.2 s
-                lead, need = (10, 15) if final else (25, 25)
-                after = max(frames, default=win.committed_end_frame) + lead
-                if speech[after:n_real].sum() >= need:
-                    row[tok.eot] = -float("inf")
-                    if final:  # what follows must read past it (a window's last step: nothing comes after)
-                        forced = max(frames, default=win.committed_end_frame)
-            nxt = int(row.argmax())
-            following = nxt
-            if nxt == tok.eot:
-                break
-            attn = qk[0, :, i].float().softmax(-1)  # (heads, 1500): where it looked to predict
-            frame = int(attn.mean(0).argmax())
-            if not aligned:
-                pass  # translating: the alignment heads do not follow the audio; agreement decides
-            elif frame >= n_real and not final:
-                if not relaxed or glitched or (frames and frames[-1] >= n_real):
-                    break  # it reads the silence after the audio: what follows is invention
-                glitched = True
-            elif frame >= n_real - edge and not final and not relaxed:
-                break  # too close to the edge to be stable: not worth a decoder pass yet
-            elif final and frame >= n_real + 10 and self._starts_word(nxt):
-                break  # at the end too, a new word read in the silence after the audio is invented
-            if _repeats_third_time(seq + [nxt]):
-                self._decode_looped = True
-                break  # a phrase about to be said a third time in a row: a decoding loop
-            if aligned and not relaxed and self._starts_word(nxt) and (
-                    frame <= forced or frame < max(frames, default=frame) - cfg.reread_frames
-                    or (frame < win.committed_end_frame - 2 * cfg.reread_frames and self._says_again(nxt))):
-                # a new word read from audio already transcribed (not past where the decoder was
-                # when its end-of-text was refused; before this step's words; or well before the
-                # end of the committed ones, saying one of them again: the committed end alone
-                # can be late, a word stretched to the audio edge): the decoder is starting over
-                break
-            tokens.append(nxt)
-            probs.append(float(torch.softmax(row, -1)[nxt]))
-            attns.append(attn)
-            frames.append(frame)
-            seq.append(nxt)
-            following = None
-            if i + 1 < hidden.shape[1] and hyp[i] == nxt:
-                i += 1  # the batch already holds the position after this token
-                continue
-            # diverged from (or ran past) the verified hypothesis: continue one token at a time
-            cache = cache.rewind(base_len + len(tokens))  # the path up to the token before nxt
-            hidden, cache, qk = dec(torch.tensor([[nxt]]), cache, alignment_heads=heads, project=False)
-            approx = dec.project_approx(hidden[0])
-            hyp, i = [], 0
-        qk_all = (torch.stack(attns, dim=1) if attns
-                  else torch.zeros(int(heads.sum()), 0, net.dims.n_audio_ctx))
-        return tokens, frames, probs, qk_all, cache, following
-
-    def _stable_count(self, tokens: list[int], frames: list[int], probs: list[float], n_real: int,
-                      relaxed: bool = False) -> int:
-        cfg = self.config
-        margin = cfg.commit_margin_ms
-        if not self.window.committed:
-            margin = max(margin, cfg.first_margin_ms)
-        agreed = len(tokens)
-        if cfg.task != "transcribe":
-            # a translation is not aligned with the audio and reorders it: commit whole
-            # sentences that two consecutive steps agree on (LocalAgreement) and that the
-            # decoder has gone on from (a sentence it translated to the edge of the audio may
-            # still change); the rest waits for the window's last decode
-            agreed = _common_prefix(tokens[:-1], self.window.last_hypothesis)
-            tok = self.tokenizer
-            while agreed and not (tok.decode(tokens[agreed - 1:agreed]).rstrip().endswith(SENTENCE_END)
-                                  and _has_letters(tok.decode(tokens[agreed:]))):
-                agreed -= 1
-            return agreed
-        if cfg.policy == "agreement":
-            # what two consecutive steps agree on, away from the edge by half the margin
-            agreed = _common_prefix(tokens, self.window.last_hypothesis)
-            margin //= 2
-        elif not self.window.committed and cfg.opening_agreement:
-            # a window's opening words are read without left context, where Whisper guesses:
-            # they must also be what the previous step decoded (LocalAgreement) to commit
-            agreed = _common_prefix(tokens, self.window.last_hypothesis)
-        edge = n_real - round(margin / 1000 / FRAME_S)
-        far_edge = n_real - round(max(margin, cfg.uncertain_margin_ms) / 1000 / FRAME_S)
-        n = 0
-        while n < agreed:
-            limit = edge if probs[n] >= cfg.confident_prob else far_edge
-            glitch = relaxed and frames[n] >= n_real and n + 1 < agreed and frames[n + 1] < limit
-            if not (frames[n] < limit or glitch):
-                break
-            n += 1
-        return n
-
-    def _word_boundary(self, tokens: list[int], n: int, final: bool, following: int | None = None) -> int:
-        """Shrink ``n`` so that only complete words are committed: the token after the last
-        committed one (or, after the last decoded token, the one the model predicted next)
-        must start a new word (at the end of the stream everything goes)."""
-        if final:
-            return n
-        if n == len(tokens) and following is not None and following < self.tokenizer.eot \
-                and self._starts_word(following):
-            return n
-        while n > 0 and not (n < len(tokens) and self._starts_word(tokens[n])):
-            n -= 1
-        return n
-
-    def _says_again(self, token: int) -> bool:
-        """Whether the word ``token`` starts is the start of a word committed in this window."""
-        piece = self.tokenizer.decode([token]).strip().lower().strip(".,;:!?\"'")
-        committed = self.tokenizer.decode(self.window.committed).lower().split()
-        return bool(piece) and any(w.strip(".,;:!?\"'").startswith(piece) for w in committed)
+            self._rules = LogitRules(self.tokenizer, DecodingOptions(without_timestamps=True), len(prompt),
+                                     self.net.dims.n_vocab)
+        out = decode_step(self.net, self.tokenizer, self.config, self.window, self.cross.kv, prompt, self._rules,
+                          self._starts_word, n_real, final, relaxed)
+        self._decode_looped = out.looped
+        return out.tokens, out.frames, out.probs, out.qk, out.cache, out.following
 
     def _starts_word(self, token: int) -> bool:
         piece = self._pieces.get(token)
         if piece is None:
             piece = self._pieces[token] = self.tokenizer.decode([token])
-        if self.language in UNSPACED_LANGUAGES:  # any whole character may end a word
-            return "\ufffd" not in piece
-        return piece.startswith(" ")
-
-    def _words(self, tokens: list[int], n_commit: int, probs: list[float], qk: torch.Tensor,
-               n_real: int) -> tuple[list[StreamWord], list[int]]:
-        """Times of the first ``n_commit`` tokens' words (and, per word, the tokens up to its
-        end), from a DTW over this step's tokens (the uncommitted ones absorb the audio after
-        them) from the last committed word's end to the audio edge, refined at pauses with the
-        window's energy as offline."""
-        tok = self.tokenizer
-        f0 = max(0, min(self.window.committed_end_frame, n_real - 1))
-        weights = qk[:, :, f0:n_real]  # (heads, tokens, frames)
-        n_tok = len(tokens)
-        first = np.zeros(n_tok, dtype=int)
-        last = np.zeros(n_tok, dtype=int)
-        if weights.shape[2] >= 2:
-            weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-9)
-            if n_tok > 1:
-                std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
-                weights = (weights - mean) / (std + 1e-10)
-            matrix = median_filter(weights, 7).mean(0)
-            text_idx, time_idx = dtw(-matrix.double().numpy())
-            for ti, fi in zip(text_idx[::-1], time_idx[::-1]):
-                first[ti] = fi
-            for ti, fi in zip(text_idx, time_idx):
-                last[ti] = fi
-        words, groups = tok.split_to_word_tokens(tokens)
-        timings: list[WordTiming] = []
-        k = 0
-        for word, group in zip(words, groups):
-            a, b = k, k + len(group)
-            k = b
-            timings.append(WordTiming(word, group, (f0 + first[a]) * FRAME_S, (f0 + last[b - 1] + 1) * FRAME_S,
-                                      float(np.mean(probs[a:b]))))
-        merge_punctuations(timings)
-        speech = speech_frames(self.window.mel, self.window.mel.shape[1])
-        refine_with_energy(timings, speech)
-        offset = self.window.start_frame / 100.0
-        emitted = round(self.audio_time, 3)
-        out: list[StreamWord] = []
-        ends: list[int] = []
-        taken = 0
-        for t in timings:
-            if taken >= n_commit:
-                break
-            taken += len(t.tokens)
-            if not t.word:
-                continue
-            ends.append(taken)
-            start, end = offset + t.start, offset + t.end
-            if self.words and start < self.words[-1].end:
-                start = self.words[-1].end
-            if out and start < out[-1].end:
-                start = out[-1].end
-            out.append(StreamWord(t.word, round(start, 3), round(max(end, start), 3), emitted,
-                                  round(t.probability, 4)))
-        if out:
-            self.window.committed_end_frame = int(round((out[-1].end - offset) / FRAME_S))
-        return out, ends
+        return starts_word(piece, self.language)
 
     def _reanchor(self, at_end: bool = False) -> None:
         """Start a new window at the end of the last committed word (or drop old audio when
@@ -877,68 +642,6 @@ class StreamSession:
             self.previous, self._reset_prompt = [], False
         self.window = WindowState(start_frame=win.start_frame + cut_mel, mel=win.mel[:, cut_mel:].clone())
         self.cross.restore(0)
-
-
-def _repeats_third_time(seq: list[int], longest: int = 12) -> bool:
-    """Whether ``seq`` ends with some 1..longest-token phrase three times back to back."""
-    for n in range(1, longest + 1):
-        if len(seq) >= 3 * n and seq[-n:] == seq[-2 * n:-n] == seq[-3 * n:-2 * n]:
-            return True
-    return False
-
-
-def word_key(word: str) -> str:
-    """A word compared for repetition: no case, no surrounding punctuation."""
-    return word.strip().strip(".,;:!?\"'-…").lower()
-
-
-def _repeats_thrice(before: list[str], new: list[str], longest: int = 8) -> bool:
-    """Whether the words ``new`` complete some 1..``longest``-word phrase said three times in
-    a row at the end of ``before + new`` (words compared without case and punctuation)."""
-    words = [k for k in map(word_key, before + new) if k]
-    for n in range(1, longest + 1):
-        if len(words) >= 3 * n and words[-n:] == words[-2 * n:-n] == words[-3 * n:-2 * n]:
-            return True
-    return False
-
-
-def _has_letters(text: str) -> bool:
-    return any(c.isalnum() for c in text)
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
-def _repeated_tail(words: list[str], limit: int, shortest: int = 3) -> int:
-    """How many of the last ``limit`` words repeat, at once, the phrase of 3+ words before them
-    ("in being comparatively modern, in being comparatively modern"): 0 if none."""
-    norm = [word_key(w) for w in words]
-    for n in range(min(limit, len(norm) // 2), shortest - 1, -1):
-        if norm[-n:] == norm[-2 * n:-n]:
-            return n
-    return 0
-
-
-def _reads_again(committed: list[str], new: list[str]) -> bool:
-    """Whether ``new`` opens with words of ``committed`` in their order (its first two, or its
-    only one, within the last committed words): text read again, not new speech."""
-    norm = [word_key(w) for w in committed]
-    head = [word_key(w) for w in new[:2]]
-    for i in range(len(norm) - len(head) + 1):
-        if norm[i:i + len(head)] == head:
-            return True
-    return False
-
-
-def _speech_mask(mel_log10: torch.Tensor, n_real: int) -> np.ndarray:
-    """Per encoder frame, whether it is louder than the window's noise floor."""
-    per_mel = speech_frames(mel_log10, mel_log10.shape[1])
-    n = min(n_real, len(per_mel) // 2)
-    return per_mel[: 2 * n].reshape(n, 2).any(axis=1)
 
 
 def _as_float(pcm: np.ndarray) -> np.ndarray:
