@@ -8,13 +8,14 @@ new audio a *step* runs:
 2. the decoder cross-attends to the real frames followed by the encoder output of silence up
    to 30 s (Whisper's end-of-audio context), projected once per model and kept in a buffer
    that real frames overwrite;
-3. the committed tokens are forced as a prefix and the continuation is decoded greedily:
-   that is the interim hypothesis;
-4. the commit policy decides which of its tokens are final. AlignAtt (default): a token is
-   stable while the alignment heads attend at least ``commit_margin_ms`` before the audio
-   edge; complete words among the stable tokens are committed. Committed text never changes.
+3. the committed tokens are forced as a prefix and the continuation is decoded greedily
+   (``greedy``, with the end-of-text and loop guards of ``guards``): the interim hypothesis;
+4. the commit policy (``commit``) decides which of its tokens are final. AlignAtt (default): a
+   token is stable while the alignment heads attend at least ``commit_margin_ms`` before the
+   audio edge; complete words among the stable tokens are committed, timed by ``words``.
+   Committed text never changes.
 
-Voice activity (Silero VAD, ``vad``) gates the compute: once no speech was heard for
+Voice activity (Silero VAD, ``vad``; the gate and turns: ``activity``) gates the compute: once no speech was heard for
 ``idle_after_ms`` the window is flushed (everything decoded is committed) and nothing is encoded
 or decoded until speech returns; the next window starts ``resume_pad_ms`` before it, with the
 committed text as its prompt. Committed words over audio the VAD calls non-speech, or known
@@ -31,6 +32,9 @@ detection) is a function of the audio fed so far, never of how it was cut into `
 ``feed`` cuts the audio at step boundaries (with turns, at VAD frame ends too) and the mel
 frames are computed when a decision reads them, so the same audio gives the same words, times
 and events in pieces of any size (``tests/test_streaming_piece_sizes.py``).
+
+Everything that changes is one :class:`~susurrus.streaming.state.StreamState` (``state.py``);
+the settings and events are in ``config.py`` and ``events.py`` (and importable from here).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from susurrus.audio.features import SAMPLE_RATE, normalize, pad_or_trim
 from susurrus.decoding.decode import DecodingOptions, LogitRules, detect_language
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, DecoderCache, Whisper
+from susurrus.streaming.activity import VoiceActivity
 from susurrus.streaming.commit import has_letters, stable_count, word_boundary
 from susurrus.streaming.config import (
     DETECT_EARLIEST_S,
@@ -64,18 +69,14 @@ from susurrus.streaming.frontend import push_audio
 from susurrus.streaming.greedy import decode_step
 from susurrus.streaming.guards import reads_again, repeated_tail, repeats_thrice, speech_mask, word_key
 from susurrus.streaming.hallucination import heard, opening_hallucinated
-from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv
+from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv, state_attribute
 from susurrus.streaming.vad import (
     FRAME_MS,
     FRAME_SAMPLES,
     SileroVad,
-    SpeechStarted,
-    SpeechStopped,
     finish_turn,
     load_vad,
-    push_turn,
     push_vad,
-    text_turn_silence_ms,
     vad_probs,
 )
 from susurrus.streaming.words import end_frame, starts_word, step_words
@@ -88,21 +89,7 @@ __all__ = [  # what other modules import from here (the settings and events live
 ]
 
 
-def _in_state(path: str) -> property:
-    """A session attribute that lives in ``self.state`` at ``path`` (``"output.words"``): the
-    step's code and the session's users read and write it by its short name."""
-    group, _, name = path.rpartition(".")
-
-    def get(self: StreamSession):
-        return getattr(getattr(self.state, group) if group else self.state, name)
-
-    def put(self: StreamSession, value) -> None:
-        setattr(getattr(self.state, group) if group else self.state, name, value)
-
-    return property(get, put, doc=f"``state.{path}``")
-
-
-class StreamSession:
+class StreamSession(VoiceActivity):
     """Incremental transcription of one audio stream. Not thread-safe; one per stream.
 
     What is shared and never changes is kept here (the model, settings, VAD network, silence);
@@ -110,26 +97,28 @@ class StreamSession:
     read and written through the attributes below."""
 
     # where each attribute lives in the state (state.py): feed counters, ...
-    samples_fed, samples_at_last_step = _in_state("feed.samples_fed"), _in_state("feed.samples_at_last_step")
-    finished, _unheard = _in_state("feed.finished"), _in_state("feed.unheard")
+    samples_fed = state_attribute("feed.samples_fed")
+    samples_at_last_step = state_attribute("feed.samples_at_last_step")
+    finished, _unheard = state_attribute("feed.finished"), state_attribute("feed.unheard")
     # ... the sub-states of the front end, window, cross-attention buffer, VAD and turn detector, ...
-    mel_state, window, cross = _in_state("mel"), _in_state("window"), _in_state("cross")
-    vad_state, turn_state = _in_state("vad"), _in_state("turn")
+    mel_state, window, cross = state_attribute("mel"), state_attribute("window"), state_attribute("cross")
+    vad_state, turn_state = state_attribute("vad"), state_attribute("turn")
     # ... the VAD gate, ...
-    last_speech_ms, idle = _in_state("gate.last_speech_ms"), _in_state("gate.idle")
-    idle_since_ms, skipped = _in_state("gate.idle_since_ms"), _in_state("gate.skipped")
+    last_speech_ms, idle = state_attribute("gate.last_speech_ms"), state_attribute("gate.idle")
+    idle_since_ms, skipped = state_attribute("gate.idle_since_ms"), state_attribute("gate.skipped")
     # ... the open turn's output, ...
-    turn_start_ms, turn_first_word = _in_state("open_turn.start_ms"), _in_state("open_turn.first_word")
-    _pause, _open_punctuation = _in_state("open_turn.pause"), _in_state("open_turn.open_punctuation")
+    turn_start_ms, turn_first_word = state_attribute("open_turn.start_ms"), state_attribute("open_turn.first_word")
+    _pause, _open_punctuation = state_attribute("open_turn.pause"), state_attribute("open_turn.open_punctuation")
     # ... the language, ...
-    language, tokenizer = _in_state("language.code"), _in_state("language.tokenizer")
+    language, tokenizer = state_attribute("language.code"), state_attribute("language.tokenizer")
     # ... the decoder's prompt and its loop/stall flags, ...
-    previous, _rules, _pieces = _in_state("decoder.previous"), _in_state("decoder.rules"), _in_state("decoder.pieces")
-    _reset_prompt, _looping = _in_state("decoder.reset_prompt"), _in_state("decoder.looping")
-    _retrying, _decode_looped = _in_state("decoder.retrying"), _in_state("decoder.decode_looped")
+    previous, _rules = state_attribute("decoder.previous"), state_attribute("decoder.rules")
+    _pieces = state_attribute("decoder.pieces")
+    _reset_prompt, _looping = state_attribute("decoder.reset_prompt"), state_attribute("decoder.looping")
+    _retrying, _decode_looped = state_attribute("decoder.retrying"), state_attribute("decoder.decode_looped")
     # ... and the output
-    words, dropped = _in_state("output.words"), _in_state("output.dropped")
-    interim, stats = _in_state("output.interim"), _in_state("output.stats")
+    words, dropped = state_attribute("output.words"), state_attribute("output.dropped")
+    interim, stats = state_attribute("output.interim"), state_attribute("output.stats")
 
     def __init__(self, net: Whisper, tokenizer: Tokenizer, config: StreamConfig = StreamConfig(),  # noqa: B008 (frozen)
                  silence: list[KV] | None = None, vad: SileroVad | None = None):
@@ -245,152 +234,6 @@ class StreamSession:
             self._unheard = []
             frames = push_audio(self.mel_state, samples)
             self.window.mel = torch.cat([self.window.mel, frames], dim=1)
-
-    def _turn_events(self, probs: np.ndarray) -> list[Event]:
-        cfg = self.config
-        if len(probs):
-            speech = np.flatnonzero(probs >= cfg.gate_threshold)
-            if len(speech):
-                first = self.vad_state.frames_done - len(probs)
-                self.last_speech_ms = float((first + speech[-1] + 1) * FRAME_MS)
-        if self.turn_state is None or not len(probs):
-            return []
-        if not cfg.semantic_turns:
-            return self._turn_transitions(push_turn(self.turn_state, probs))
-        events: list[Event] = []
-        for p in probs:  # a frame at a time: the text is read at the frame a pause reaches ``probe``
-            events.extend(self._turn_transitions(push_turn(self.turn_state, p[None], self._pause_silence_ms())))
-        return events
-
-    def _turn_transitions(self, turn_events: list) -> list[Event]:
-        events: list[Event] = []
-        for ev in turn_events:
-            events.append(ev)
-            if isinstance(ev, SpeechStarted):
-                self.turn_start_ms = ev.audio_start_ms
-                self.turn_first_word = len(self.words)
-            else:
-                events.extend(self._end_turn())
-                events.append(self._close_turn(ev))
-        return events
-
-    def _end_turn(self) -> list[Event]:
-        """A turn ended: commit everything decoded so far, as at the end of audio, but keep the
-        window (its audio, encoder cache and committed text) for what follows. A turn is a
-        boundary of the output, not a cold start: the next turn's first words are read with
-        the left context the plain stream has (a window restarted here read JFK's "ask not"
-        as "As not" and lost "what"). Long silence idles and re-anchors as in the plain
-        stream."""
-        win = self.window
-        if win.encoder is None and not win.committed:
-            return []
-        events = self._step(final=True, turn_end=True)
-        return events
-
-    def _pause_silence_ms(self) -> int | None:
-        """``semantic_turns``: the silence that ends the open turn at its current pause. Until
-        the pause is a few frames long, the base silence; then, once per pause, the turn's text
-        as if the audio ended here (:meth:`_peek_end`) sets it (:func:`text_turn_silence_ms`)."""
-        ts = self.turn_state
-        base = ts.config.silence_duration_ms
-        if not ts.in_speech:
-            return None
-        quiet = ts.frames_seen - 1 - ts.last_speech_frame  # silent frames so far in this pause
-        probe = max(1, min(6, text_turn_silence_ms(".", base) // FRAME_MS))  # 192 ms, or less if a
-        if quiet < probe:  # finished sentence may end a turn sooner than that
-            return base
-        if self._pause[0] != ts.last_speech_frame:
-            text, probability = self._peek_end()
-            self._pause = (ts.last_speech_frame, text_turn_silence_ms(text, base, probability))
-        return self._pause[1]
-
-    @torch.inference_mode()
-    def _peek_end(self) -> tuple[str, float]:
-        """The open turn's text if the audio ended here, and the probability the decoder gave
-        the punctuation after its last word (0 without any; :func:`text_turn_silence_ms` uses
-        it only when that punctuation ends a sentence). Decodes the window as the final
-        step would (everything encoded, the silence heard so far as the right context) without
-        changing the session: the encoder state is a value, and the cross-attention positions
-        written are put back."""
-        t0, c0 = time.perf_counter(), time.thread_time()
-        turn_text = "".join(w.word for w in self.words[self.turn_first_word:])
-        self._sync_mel()
-        win = self.window
-        if self.language is None or win.mel.shape[1] < 2:  # not detected yet: the text so far
-            return turn_text + self.interim, 0.0
-        before = win.encoder or EncoderState.empty(self.net)
-        lookahead = round(self.config.lookahead_ms / 1000 / FRAME_S)
-        enc = encode_step(self.net, before, win.mel, lookahead, final=True, running_max=self.mel_state.running_max,
-                          silence=self._silence_frames)
-        if enc.frames == 0:
-            return turn_text + self.interim, 0.0
-        saved = self.cross.save(before.finalized, max(enc.frames + self._silence_frames, self.cross.real))
-        prefix = win.prefix
-        try:
-            self._update_cross(before, enc)
-            tokens, _, probs, _, _, _ = self._decode(enc.frames, final=True)
-        finally:
-            self.cross.load(saved)
-            win.prefix = prefix
-        k = len(tokens)  # the punctuation after the last token with a letter or digit (if any)
-        while k > 0 and not any(c.isalnum() for c in self.tokenizer.decode([tokens[k - 1]])):
-            k -= 1
-        probability = probs[k] if k < len(tokens) else 0.0
-        self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0, time.thread_time() - c0,
-                                    enc.frames - before.finalized, len(tokens)))
-        return turn_text + self.tokenizer.decode(tokens), probability
-
-    def _close_turn(self, stopped: SpeechStopped) -> TurnEnded:
-        words = self.words[self.turn_first_word:]
-        self.turn_first_word = len(self.words)
-        return TurnEnded("".join(w.word for w in words).strip(), list(words), self.turn_start_ms,
-                         stopped.audio_end_ms)
-
-    def _advance(self) -> list[Event]:
-        """A step boundary: decode, or (no speech for ``idle_after_ms``) flush and idle."""
-        cfg = self.config
-        if not cfg.vad:
-            return self._step(final=False)
-        now_ms = self.samples_fed * 1000 / SAMPLE_RATE
-        quiet = (self.last_speech_ms is None or now_ms - self.last_speech_ms >= cfg.idle_after_ms
-                 or (self.idle and self.last_speech_ms <= self.idle_since_ms))
-        if not quiet:
-            self.idle = False
-            return self._step(final=False)
-        events = [] if self.idle else self._flush()
-        self._trim_idle_window()
-        return events
-
-    def _flush(self) -> list[Event]:
-        """Commit everything decoded in the window and start an empty one here (the audio
-        after it is non-speech, or a turn ended)."""
-        win = self.window
-        if win.encoder is None and not win.committed:
-            return []
-        events = self._step(final=True)
-        self._reanchor(at_end=True)
-        if self.detect:
-            self.language = None  # the next speech may be in another language
-        if self.config.vad:  # nothing more to compute until speech resumes
-            self.idle = True
-            self.idle_since_ms = self.samples_fed * 1000 / SAMPLE_RATE
-        self.interim = ""
-        events.append(Interim("", self.audio_time))
-        return events
-
-    def _trim_idle_window(self) -> None:
-        """While idle, keep only the last ``resume_pad_ms`` of mel frames (the next window's
-        left context when speech resumes)."""
-        self._sync_mel()
-        win = self.window
-        keep = max(2, round(self.config.resume_pad_ms / 10)) // 2 * 2  # even: encoder frames are 2 mel frames
-        if win.encoder is None and not win.committed and win.mel.shape[1] > keep:
-            cut = win.mel.shape[1] - keep
-            a, b = win.start_frame / 100, (win.start_frame + cut) / 100
-            if self.skipped and abs(self.skipped[-1][1] - a) < 1e-6:
-                a = self.skipped.pop()[0]
-            self.skipped.append((a, b))
-            self.window = WindowState(start_frame=win.start_frame + cut, mel=win.mel[:, cut:].clone())
 
     # ------------------------------------------------------------------ one step
 

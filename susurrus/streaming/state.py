@@ -194,3 +194,17 @@ def brief(value: object) -> str:
     if value is None or isinstance(value, (bool, int, float, str)) or type(value).__repr__ is not object.__repr__:
         return repr(value)
     return f"<{type(value).__name__}>"
+
+
+def state_attribute(path: str) -> property:
+    """A session attribute that lives in ``self.state`` at ``path`` (``"output.words"``): the
+    step's code and the session's users read and write it by its short name."""
+    group, _, name = path.rpartition(".")
+
+    def get(self):
+        return getattr(getattr(self.state, group) if group else self.state, name)
+
+    def put(self, value) -> None:
+        setattr(getattr(self.state, group) if group else self.state, name, value)
+
+    return property(get, put, doc=f"``state.{path}``")
