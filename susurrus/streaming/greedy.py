@@ -43,8 +43,6 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
     token is recomputed), and the previous step's uncommitted hypothesis is verified in one
     batched pass (speculatively): tokens the model still predicts are accepted together,
     and greedy decoding continues one token at a time only from where it diverges.
-    Returns the tokens, the frame each attends to when predicted, their probabilities, the
-    alignment-head attention (heads, tokens, 1500) and the decoder cache of the path.
     ``win.prefix`` is updated: the decoder cache of the forced prefix but its last token."""
     forced = prompt + win.committed
     heads = net.alignment_heads

@@ -444,14 +444,9 @@ class StreamSession(VoiceActivity):
         return prompt + tok.sot_sequence + [tok.no_timestamps]
 
     def _decode(self, n_real: int, final: bool, relaxed: bool = False):
-        """Force prompt + committed tokens, then decode greedily.
-
-        The forced prefix's self-attention keys/values are kept between steps (only its last
-        token is recomputed), and the previous step's uncommitted hypothesis is verified in one
-        batched pass (speculatively): tokens the model still predicts are accepted together,
-        and greedy decoding continues one token at a time only from where it diverges.
-        Returns the tokens, the frame each attends to when predicted, their probabilities, the
-        alignment-head attention (heads, tokens, 1500) and the decoder cache of the path."""
+        """This step's decode (:func:`~susurrus.streaming.greedy.decode_step`) with the session's
+        prompt and logit rules, as a tuple of :class:`~susurrus.streaming.greedy.StepDecode`'s
+        fields but ``looped`` (which sets ``_decode_looped``)."""
         prompt = self._prompt()
         if self._rules is None or self._rules.sample_begin != len(prompt):
             self._rules = LogitRules(self.tokenizer, DecodingOptions(without_timestamps=True), len(prompt),
