@@ -11,7 +11,7 @@ from susurrus.audio.io import decode_audio
 from susurrus.evaluation.degrade import numbered_reading, whisperize
 from susurrus.evaluation.health import longest_repetition, lost_words
 from susurrus.evaluation.metrics import error_counts
-from susurrus.streaming.session import _repeats_thrice
+from susurrus.streaming.guards import repeats_thrice
 
 SR = 16000
 
@@ -31,10 +31,10 @@ def _offline(model, audio):
 
 
 def test_repeats_thrice_sees_loops_across_commits():
-    assert _repeats_thrice([" 1,", " 0,", " 1,", " 0,", " 0,"], [" 0,"])
-    assert _repeats_thrice([" Thank", " you."], [" Thank you.", " thank", " you"]) is False  # words differ
-    assert _repeats_thrice([" and", " so", " on", " and", " so", " on,"], [" and", " so", " on."])
-    assert not _repeats_thrice([" 1", " 0", " 1"], [" 0"])  # twice is speech ("no, no")
+    assert repeats_thrice([" 1,", " 0,", " 1,", " 0,", " 0,"], [" 0,"])
+    assert repeats_thrice([" Thank", " you."], [" Thank you.", " thank", " you"]) is False  # words differ
+    assert repeats_thrice([" and", " so", " on", " and", " so", " on,"], [" and", " so", " on."])
+    assert not repeats_thrice([" 1", " 0", " 1"], [" 0"])  # twice is speech ("no, no")
     assert longest_repetition(["1", "1", "1", "1", "two"]) == 4
     assert longest_repetition(["a", "b", "a", "b"]) == 2
 

@@ -27,6 +27,9 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from susurrus.streaming.events import StreamWord
+from susurrus.streaming.vad import VadState, speech_fraction
+
 # Phrases Whisper writes on non-speech, normalised as by :func:`normalize_phrase` (lower case,
 # no punctuation, single spaces). YouTube outros and subtitle credits dominate.
 HALLUCINATION_PHRASES: frozenset[str] = frozenset({
@@ -132,3 +135,34 @@ def hallucination_verdict(text: str, speech_fraction: float | None = None, no_sp
         if weak:
             return Verdict(True, "known-phrase")
     return Verdict(False, "")
+
+
+def opening_hallucinated(words: list[StreamWord], vad_state: VadState | None, threshold: float) -> bool:
+    """The guard against text without speech, for words that open a window (after a pause:
+    where Whisper invents text): punctuation alone, "[Music]" or notes, words over audio the
+    VAD (``vad_state``; None without one) calls mostly non-speech (under 20 % of the frames
+    within 300 ms at ``threshold``), and the phrases Whisper invents over noise ("Thank you.",
+    subtitle credits) over weak speech. Words inside a window are never judged: their times
+    can be off by a few hundred ms at a pause, and real speech must not be dropped (the VAD
+    gating already keeps the decoder off non-speech)."""
+    text = "".join(w.word for w in words)
+    if not any(c.isalnum() for c in text):
+        return True
+    fraction = None
+    if vad_state is not None:
+        fraction = speech_fraction(vad_state, words[0].start * 1000, words[-1].end * 1000,
+                                   threshold=threshold, pad_ms=300)
+    return hallucination_verdict(text, fraction).drop
+
+
+def heard(words: list[StreamWord], vad_state: VadState, threshold: float) -> int:
+    """How many of ``words`` to keep at a window's end: all but the trailing ones over audio
+    the VAD calls non-speech (under 20 % of the frames within 300 ms may be speech)."""
+    keep = len(words)
+    while keep > 0:
+        w = words[keep - 1]
+        fraction = speech_fraction(vad_state, w.start * 1000, w.end * 1000, threshold=threshold, pad_ms=300)
+        if fraction is None or fraction >= 0.2:
+            break
+        keep -= 1
+    return keep

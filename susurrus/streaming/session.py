@@ -8,13 +8,14 @@ new audio a *step* runs:
 2. the decoder cross-attends to the real frames followed by the encoder output of silence up
    to 30 s (Whisper's end-of-audio context), projected once per model and kept in a buffer
    that real frames overwrite;
-3. the committed tokens are forced as a prefix and the continuation is decoded greedily:
-   that is the interim hypothesis;
-4. the commit policy decides which of its tokens are final. AlignAtt (default): a token is
-   stable while the alignment heads attend at least ``commit_margin_ms`` before the audio
-   edge; complete words among the stable tokens are committed. Committed text never changes.
+3. the committed tokens are forced as a prefix and the continuation is decoded greedily
+   (``greedy``, with the end-of-text and loop guards of ``guards``): the interim hypothesis;
+4. the commit policy (``commit``) decides which of its tokens are final. AlignAtt (default): a
+   token is stable while the alignment heads attend at least ``commit_margin_ms`` before the
+   audio edge; complete words among the stable tokens are committed, timed by ``words``.
+   Committed text never changes.
 
-Voice activity (Silero VAD, ``vad``) gates the compute: once no speech was heard for
+Voice activity (Silero VAD, ``vad``; the gate and turns: ``activity``) gates the compute: once no speech was heard for
 ``idle_after_ms`` the window is flushed (everything decoded is committed) and nothing is encoded
 or decoded until speech returns; the next window starts ``resume_pad_ms`` before it, with the
 committed text as its prompt. Committed words over audio the VAD calls non-speech, or known
@@ -31,262 +32,95 @@ detection) is a function of the audio fed so far, never of how it was cut into `
 ``feed`` cuts the audio at step boundaries (with turns, at VAD frame ends too) and the mel
 frames are computed when a decision reads them, so the same audio gives the same words, times
 and events in pieces of any size (``tests/test_streaming_piece_sizes.py``).
+
+Everything that changes is one :class:`~susurrus.streaming.state.StreamState` (``state.py``);
+the settings and events are in ``config.py`` and ``events.py`` (and importable from here).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from susurrus.audio.features import SAMPLE_RATE, normalize, pad_or_trim
-from susurrus.decoding.alignment import (
-    WordTiming,
-    dtw,
-    median_filter,
-    merge_punctuations,
-    refine_with_energy,
-    speech_frames,
-)
 from susurrus.decoding.decode import DecodingOptions, LogitRules, detect_language
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, DecoderCache, Whisper
+from susurrus.streaming.activity import VoiceActivity
+from susurrus.streaming.commit import has_letters, stable_count, word_boundary
+from susurrus.streaming.config import (
+    DETECT_EARLIEST_S,
+    DETECT_SURE,
+    FRAME_S,
+    PRESETS,
+    RETRY_SPEECH_S,
+    SENTENCE_END,
+    SILENCE_LEVEL,
+    UNSPACED_LANGUAGES,
+    StreamConfig,
+    stream_config,
+)
 from susurrus.streaming.encoder import EncoderState, encode_step, encode_window
-from susurrus.streaming.frontend import MelState, push_audio
-from susurrus.streaming.hallucination import hallucination_verdict
+from susurrus.streaming.events import Committed, Event, Interim, LanguageDetected, StepStats, StreamWord, TurnEnded
+from susurrus.streaming.frontend import push_audio
+from susurrus.streaming.greedy import decode_step
+from susurrus.streaming.guards import reads_again, repeated_tail, repeats_thrice, speech_mask, word_key
+from susurrus.streaming.hallucination import heard, opening_hallucinated
+from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv, state_attribute
 from susurrus.streaming.vad import (
     FRAME_MS,
     FRAME_SAMPLES,
     SileroVad,
-    SpeechStarted,
-    SpeechStopped,
-    TurnConfig,
-    TurnState,
-    VadState,
     finish_turn,
     load_vad,
-    push_turn,
     push_vad,
-    speech_fraction,
-    text_turn_silence_ms,
     vad_probs,
 )
+from susurrus.streaming.words import end_frame, starts_word, step_words
 
-FRAME_S = 0.02  # seconds per encoder frame
-# a multilingual stream without a language decides it once the decoder gives one this probability
-# (English dev items: 0.86-0.96 after 1.5 s; Swedish and Spanish are 0.2-0.3 guesses then, and
-# wrong: they wait for detect_ms), and not before this much audio
-DETECT_SURE = 0.8
-DETECT_EARLIEST_S = 1.0
-RETRY_SPEECH_S = 0.5  # speech left 0.5 s past a window's last word that makes its last decode retry
-# Whisper pads a window with digital silence: log-mel at the floor, 8 below the audio's maximum,
-# normalised (floor + 4) / 4 = -0.7 for speech peaking at ~1.2 (dev and hard: 0.9-1.5; the
-# streams do not change within -0.6..-0.9). A pad of normalised 0 (4 above the floor, what
-# padding the normalised log-mel with zeros gives) reads as sound: base invented words in it
-SILENCE_LEVEL = -0.7
-SENTENCE_END = (".", "?", "!", "。", "？", "！")  # punctuation a sentence ends with
-UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # written without spaces between words
+__all__ = [  # what other modules import from here (the settings and events live in config.py, events.py)
+    "DETECT_EARLIEST_S", "DETECT_SURE", "FRAME_S", "PRESETS", "RETRY_SPEECH_S", "SENTENCE_END", "SILENCE_LEVEL",
+    "UNSPACED_LANGUAGES", "Committed", "CrossBuffer", "Event", "Interim", "LanguageDetected", "StepStats",
+    "StreamConfig", "StreamSession", "StreamWord", "TurnEnded", "WindowState", "silence_cross_kv", "stream_config",
+    "word_key",
+]
 
 
-@dataclass(frozen=True)
-class StreamConfig:
-    chunk_ms: int = 640  # audio per step
-    # encoder frames kept provisional at the edge: re-encoded at every step, in both directions
-    # with each other, so that a frame is final only once it has heard this much of what follows
-    # (offline, Whisper hears it all: with 400 ms, hard speech lost 10 WER points to offline)
-    lookahead_ms: int = 1000
-    # the first frames of the silence after the audio, encoded at each step as its continuation:
-    # offline, Whisper's padding frames attend to the speech before them, and that is how the
-    # decoder knows where speech ends (base: 7.4 -> 6.3 % WER on 13 dev items; the rest of the
-    # 30 s is the encoder output of silence alone, computed once per model)
-    silence_context_ms: int = 500
-    commit_margin_ms: int = 500  # AlignAtt: commit tokens attending this far before the edge
-    policy: str = "alignatt"  # or "agreement" (commit what two consecutive steps agree on)
-    eot_guard: bool = True  # refuse end-of-text while speech remains after the last token
-    max_window_s: float = 24.0  # re-anchor the window when it holds this much audio
-    context_tokens: int = 96  # previous committed tokens given as the prompt
-    max_step_tokens: int = 32  # tokens decoded per step at most
-    reuse_prefix: bool = True  # keep the forced prefix's decoder keys/values between steps
-    first_commit_ms: int = 1500  # commit nothing until the window holds this much audio
-    stall_s: float = 8.0  # re-anchor when nothing was committed for this long after committed text
-    confident_prob: float = 0.5  # tokens less likely than this need ...
-    uncertain_margin_ms: int = 1500  # ... this margin instead (more right context to settle)
-    first_margin_ms: int = 1000  # commit margin until the window's first commit (opening words need context)
-    opening_agreement: bool = True  # ... and two consecutive steps must agree on them
-    interim_edge_ms: int = 200  # stop decoding at tokens read this close to the audio edge (they change)
-    reread_frames: int = 25  # stop at a new word read this many encoder frames (20 ms) before the last one
-    vad: bool = True  # Silero VAD: no compute in non-speech, no text over it
-    vad_threshold: float = 0.5  # a 32 ms frame is speech when its probability reaches this (turns)
-    # ... and may be speech at this: the gate wakes and stays awake on such frames, and the guard
-    # counts them as speech. Silero gives whispered or creaky speech 0.15-0.5 where noise and
-    # music stay under 0.05 (docs/benchmarks.md): the gate saves compute, it must not delete words
-    wake_threshold: float = 0.15
-    idle_after_ms: int = 1000  # no speech for this long: flush the window and stop computing
-    resume_pad_ms: int = 500  # audio kept before speech that resumes after idling
-    hallucination_guard: bool = True  # drop committed text over non-speech / known phrases over weak speech
-    turns: TurnConfig | None = None  # server_vad turn detection (speech started/stopped, a flush per turn)
-    semantic_turns: bool = False  # end turns sooner after a sure sentence end, later when the text trails off
-    detect_ms: int = 3000  # multilingual without a language: audio heard before detecting it
-    language: str | None = None
-    task: str = "transcribe"
-    # text the decoder is conditioned on, as Whisper's initial prompt offline (names, terms,
-    # style); unlike the text so far it is kept in every window's prompt, loops and stalls too
-    prompt: str | None = None
+class StreamSession(VoiceActivity):
+    """Incremental transcription of one audio stream. Not thread-safe; one per stream.
 
-    @property
-    def gate_threshold(self) -> float:
-        """The probability at which a VAD frame may be speech: the gate and the guards use it."""
-        return min(self.wake_threshold, self.vad_threshold)
+    What is shared and never changes is kept here (the model, settings, VAD network, silence);
+    everything that changes is ``self.state`` (:class:`~susurrus.streaming.state.StreamState`),
+    read and written through the attributes below."""
 
-    def __post_init__(self) -> None:
-        if self.policy not in ("alignatt", "agreement"):
-            raise ValueError(f"policy must be 'alignatt' or 'agreement', not {self.policy!r}")
-        if not 20 <= self.chunk_ms <= 5000:
-            raise ValueError(f"chunk_ms must be within 20..5000, not {self.chunk_ms}")
-        if not 0 <= self.lookahead_ms <= 5000:
-            raise ValueError(f"lookahead_ms must be within 0..5000, not {self.lookahead_ms}")
-        if not 0 <= self.silence_context_ms <= 5000:
-            raise ValueError(f"silence_context_ms must be within 0..5000, not {self.silence_context_ms}")
-        if not 5.0 <= self.max_window_s <= 28.0:
-            raise ValueError(f"max_window_s must be within 5..28 s, not {self.max_window_s}")
-        if not 0.0 < self.vad_threshold < 1.0:
-            raise ValueError(f"vad_threshold must be within (0, 1), not {self.vad_threshold}")
-        if not 0.0 < self.wake_threshold < 1.0:
-            raise ValueError(f"wake_threshold must be within (0, 1), not {self.wake_threshold}")
-        if self.idle_after_ms < 200:
-            raise ValueError(f"idle_after_ms must be at least 200, not {self.idle_after_ms}")
+    # where each attribute lives in the state (state.py): feed counters, ...
+    samples_fed = state_attribute("feed.samples_fed")
+    samples_at_last_step = state_attribute("feed.samples_at_last_step")
+    finished, _unheard = state_attribute("feed.finished"), state_attribute("feed.unheard")
+    # ... the sub-states of the front end, window, cross-attention buffer, VAD and turn detector, ...
+    mel_state, window, cross = state_attribute("mel"), state_attribute("window"), state_attribute("cross")
+    vad_state, turn_state = state_attribute("vad"), state_attribute("turn")
+    # ... the VAD gate, ...
+    last_speech_ms, idle = state_attribute("gate.last_speech_ms"), state_attribute("gate.idle")
+    idle_since_ms, skipped = state_attribute("gate.idle_since_ms"), state_attribute("gate.skipped")
+    # ... the open turn's output, ...
+    turn_start_ms, turn_first_word = state_attribute("open_turn.start_ms"), state_attribute("open_turn.first_word")
+    _pause, _open_punctuation = state_attribute("open_turn.pause"), state_attribute("open_turn.open_punctuation")
+    # ... the language, ...
+    language, tokenizer = state_attribute("language.code"), state_attribute("language.tokenizer")
+    # ... the decoder's prompt and its loop/stall flags, ...
+    previous, _rules = state_attribute("decoder.previous"), state_attribute("decoder.rules")
+    _pieces = state_attribute("decoder.pieces")
+    _reset_prompt, _looping = state_attribute("decoder.reset_prompt"), state_attribute("decoder.looping")
+    _retrying, _decode_looped = state_attribute("decoder.retrying"), state_attribute("decoder.decode_looped")
+    # ... and the output
+    words, dropped = state_attribute("output.words"), state_attribute("output.dropped")
+    interim, stats = state_attribute("output.interim"), state_attribute("output.stats")
 
-
-PRESETS: dict[str, StreamConfig] = {
-    "low": StreamConfig(chunk_ms=320, lookahead_ms=1000, commit_margin_ms=500),
-    "medium": StreamConfig(),
-    "high": StreamConfig(chunk_ms=960, lookahead_ms=1500, commit_margin_ms=800),
-}
-
-
-@dataclass(frozen=True)
-class StreamWord:
-    word: str  # with its leading space, as Whisper writes it
-    start: float  # seconds of stream audio
-    end: float
-    emitted_at: float  # seconds of audio fed when it was committed
-    probability: float
-
-
-@dataclass(frozen=True)
-class Committed:
-    """Words that became final. Never revised."""
-
-    words: list[StreamWord]
-
-    @property
-    def text(self) -> str:
-        return "".join(w.word for w in self.words)
-
-
-@dataclass(frozen=True)
-class Interim:
-    """The current guess for the audio after the committed words; replaced by the next one."""
-
-    text: str
-    audio_time: float
-
-
-@dataclass(frozen=True)
-class TurnEnded:
-    """A speech turn closed (``turns`` set): everything said in it is committed."""
-
-    text: str
-    words: list[StreamWord]
-    audio_start_ms: int  # as the SpeechStarted that opened it (onset minus prefix padding)
-    audio_end_ms: int  # as the SpeechStopped that closed it
-
-
-@dataclass(frozen=True)
-class LanguageDetected:
-    """A multilingual stream without a fixed language picked one for the speech that follows."""
-
-    language: str
-    probability: float
-    audio_time: float
-
-
-Event = Committed | Interim | SpeechStarted | SpeechStopped | TurnEnded | LanguageDetected
-
-
-@dataclass
-class StepStats:
-    audio_time: float
-    compute_s: float  # wall-clock seconds of the step
-    cpu_s: float  # CPU seconds of the calling thread (what the step cost, whatever else runs)
-    encoded_frames: int
-    decoded_tokens: int
-
-
-@dataclass
-class WindowState:
-    """The current (≤ 30 s) window: its mel frames, encoder state and committed tokens."""
-
-    start_frame: int = 0  # absolute mel frame where the window starts
-    mel: torch.Tensor = field(default_factory=lambda: torch.zeros(80, 0))  # log10 power frames
-    encoder: EncoderState | None = None
-    committed: list[int] = field(default_factory=list)  # tokens committed in this window
-    committed_end_frame: int = 0  # encoder frame where the last committed word ends
-    last_hypothesis: list[int] = field(default_factory=list)  # uncommitted tokens of the last step
-    prefix: DecoderCache | None = None  # self-attention keys/values of the forced prefix but its last token
-
-
-class CrossBuffer:
-    """Per-layer cross-attention keys/values over 1500 positions: real frames written at the
-    front, the encoder output of silence (projected once) behind them."""
-
-    def __init__(self, pad: list[KV]):
-        self.pad = pad
-        self.kv = [KV(p.k.clone(), p.v.clone()) for p in pad]
-        self.real = 0  # positions holding real frames
-
-    def write(self, start: int, layers: list[KV]) -> None:
-        n = layers[0].k.shape[1]
-        for buf, new in zip(self.kv, layers):
-            buf.k[:, start:start + n] = new.k
-            buf.v[:, start:start + n] = new.v
-        if start + n < self.real:  # restore silence where real frames no longer reach
-            self.restore(start + n)
-        self.real = start + n
-
-    def save(self, start: int, stop: int) -> tuple[int, int, list[tuple[torch.Tensor, torch.Tensor]]]:
-        """A copy of positions ``[start, stop)`` (and of ``real``), for :meth:`load`."""
-        return start, self.real, [(kv.k[:, start:stop].clone(), kv.v[:, start:stop].clone()) for kv in self.kv]
-
-    def load(self, saved: tuple[int, int, list[tuple[torch.Tensor, torch.Tensor]]]) -> None:
-        """Put back what :meth:`save` copied."""
-        start, self.real, layers = saved
-        for kv, (k, v) in zip(self.kv, layers):
-            kv.k[:, start:start + k.shape[1]], kv.v[:, start:start + v.shape[1]] = k, v
-
-    def restore(self, start: int) -> None:
-        for buf, pad in zip(self.kv, self.pad):
-            buf.k[:, start:self.real] = pad.k[:, start:self.real]
-            buf.v[:, start:self.real] = pad.v[:, start:self.real]
-        self.real = min(self.real, start)
-
-
-@torch.inference_mode()
-def silence_cross_kv(net: Whisper, level: float = SILENCE_LEVEL) -> list[KV]:
-    """Cross keys/values of the encoder output for a window of digital silence (normalised
-    log-mel ``level``). One padded encode (~0.4 s with tiny): compute it once per model and
-    share it between sessions (``WhisperModel.stream`` does)."""
-    mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), level)
-    return net.decoder.cross_kv(net.encoder(mel))
-
-
-class StreamSession:
-    """Incremental transcription of one audio stream. Not thread-safe; one per stream."""
-
-    def __init__(self, net: Whisper, tokenizer: Tokenizer, config: StreamConfig = StreamConfig(),
+    def __init__(self, net: Whisper, tokenizer: Tokenizer, config: StreamConfig = StreamConfig(),  # noqa: B008 (frozen)
                  silence: list[KV] | None = None, vad: SileroVad | None = None):
         """``silence``: :func:`silence_cross_kv` of ``net``; ``vad``: a loaded Silero VAD. Both
         are shared between sessions (``WhisperModel.stream`` does); computed or loaded here
@@ -297,41 +131,21 @@ class StreamSession:
         # multilingual without a language: detected at each window's start (so a stream can
         # switch language between turns or pauses); until then nothing is decoded
         self.detect = net.is_multilingual and config.language is None
-        self.language: str | None = None if self.detect else (config.language if net.is_multilingual else "en")
-        self.tokenizer = tokenizer.with_options(self.language or "en", config.task)
-        self.mel_state = MelState(n_mels=net.dims.n_mels)
-        self._unheard: list[np.ndarray] = []  # samples fed, not through the mel front end yet
-        self.window = WindowState(mel=torch.zeros(net.dims.n_mels, 0))
-        self.cross = CrossBuffer(silence if silence is not None else silence_cross_kv(net))
+        self._silence = silence if silence is not None else silence_cross_kv(net)
         self.vad = (vad or load_vad()) if config.vad or config.turns else None
-        self.vad_state = VadState()
-        self.turn_state = TurnState(config.turns) if config.turns else None
-        self.turn_start_ms = 0  # audio_start_ms of the open turn
-        self.turn_first_word = 0  # index in ``words`` of the open turn's first word
-        self._pause: tuple[int, int | None] = (-1, None)  # (last speech frame, silence that ends the turn)
-        self.last_speech_ms: float | None = None  # end of the last VAD frame that may be speech (the gate's)
-        self.idle = config.vad  # computing nothing until speech (and again after long non-speech)
-        self.idle_since_ms = 0.0  # when the stream last went idle: speech after it wakes it
-        self.interim = ""  # the latest interim text
-        self.previous: list[int] = []  # committed tokens of earlier windows (prompt context)
-        self.words: list[StreamWord] = []  # every committed word
-        self.dropped: list[StreamWord] = []  # words the hallucination guard refused
-        self.skipped: list[tuple[float, float]] = []  # audio (s) the VAD gate never let the engine encode
-        self.samples_fed = 0
-        self.samples_at_last_step = 0
-        self.finished = False
-        self.stats: list[StepStats] = []
-        self._pieces: dict[int, str] = {}
-        self._rules: LogitRules | None = None  # for the current prompt length
-        self._reset_prompt = False  # the next window starts without the text so far as its prompt
-        self._looping = False  # the last step's decoding looped: re-anchor without the prompt
-        self._retrying = False  # in a window's second last decode (:meth:`_retry_end`)
-        self._decode_looped = False  # (set by _decode)
         self._silence_frames = round(config.silence_context_ms / 1000 / FRAME_S)
-        self._open_punctuation = False  # a turn's closing punctuation, output but not in the decoder's context
         # the user's prompt: at most half the context (Whisper keeps the last 224 tokens offline)
         self._given_prompt = (tokenizer.encode(" " + config.prompt.strip())[-(config.context_tokens // 2):]
                               if config.prompt and config.prompt.strip() and config.context_tokens else [])
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the stream: the state of one that has heard nothing (the model, settings, VAD
+        and silence stay)."""
+        language = None if self.detect else (self.config.language if self.net.is_multilingual else "en")
+        self.state = StreamState.fresh(self.net.dims.n_mels, self._silence,
+                                       self._base_tokenizer.with_options(language or "en", self.config.task),
+                                       language, self.config.turns, idle=self.config.vad)
 
     # ------------------------------------------------------------------ public API
 
@@ -421,152 +235,6 @@ class StreamSession:
             frames = push_audio(self.mel_state, samples)
             self.window.mel = torch.cat([self.window.mel, frames], dim=1)
 
-    def _turn_events(self, probs: np.ndarray) -> list[Event]:
-        cfg = self.config
-        if len(probs):
-            speech = np.flatnonzero(probs >= cfg.gate_threshold)
-            if len(speech):
-                first = self.vad_state.frames_done - len(probs)
-                self.last_speech_ms = float((first + speech[-1] + 1) * FRAME_MS)
-        if self.turn_state is None or not len(probs):
-            return []
-        if not cfg.semantic_turns:
-            return self._turn_transitions(push_turn(self.turn_state, probs))
-        events: list[Event] = []
-        for p in probs:  # a frame at a time: the text is read at the frame a pause reaches ``probe``
-            events.extend(self._turn_transitions(push_turn(self.turn_state, p[None], self._pause_silence_ms())))
-        return events
-
-    def _turn_transitions(self, turn_events: list) -> list[Event]:
-        events: list[Event] = []
-        for ev in turn_events:
-            events.append(ev)
-            if isinstance(ev, SpeechStarted):
-                self.turn_start_ms = ev.audio_start_ms
-                self.turn_first_word = len(self.words)
-            else:
-                events.extend(self._end_turn())
-                events.append(self._close_turn(ev))
-        return events
-
-    def _end_turn(self) -> list[Event]:
-        """A turn ended: commit everything decoded so far, as at the end of audio, but keep the
-        window (its audio, encoder cache and committed text) for what follows. A turn is a
-        boundary of the output, not a cold start: the next turn's first words are read with
-        the left context the plain stream has (a window restarted here read JFK's "ask not"
-        as "As not" and lost "what"). Long silence idles and re-anchors as in the plain
-        stream."""
-        win = self.window
-        if win.encoder is None and not win.committed:
-            return []
-        events = self._step(final=True, turn_end=True)
-        return events
-
-    def _pause_silence_ms(self) -> int | None:
-        """``semantic_turns``: the silence that ends the open turn at its current pause. Until
-        the pause is a few frames long, the base silence; then, once per pause, the turn's text
-        as if the audio ended here (:meth:`_peek_end`) sets it (:func:`text_turn_silence_ms`)."""
-        ts = self.turn_state
-        base = ts.config.silence_duration_ms
-        if not ts.in_speech:
-            return None
-        quiet = ts.frames_seen - 1 - ts.last_speech_frame  # silent frames so far in this pause
-        probe = max(1, min(6, text_turn_silence_ms(".", base) // FRAME_MS))  # 192 ms, or less if a
-        if quiet < probe:  # finished sentence may end a turn sooner than that
-            return base
-        if self._pause[0] != ts.last_speech_frame:
-            text, probability = self._peek_end()
-            self._pause = (ts.last_speech_frame, text_turn_silence_ms(text, base, probability))
-        return self._pause[1]
-
-    @torch.inference_mode()
-    def _peek_end(self) -> tuple[str, float]:
-        """The open turn's text if the audio ended here, and the probability the decoder gave
-        the punctuation after its last word (0 without any; :func:`text_turn_silence_ms` uses
-        it only when that punctuation ends a sentence). Decodes the window as the final
-        step would (everything encoded, the silence heard so far as the right context) without
-        changing the session: the encoder state is a value, and the cross-attention positions
-        written are put back."""
-        t0, c0 = time.perf_counter(), time.thread_time()
-        turn_text = "".join(w.word for w in self.words[self.turn_first_word:])
-        self._sync_mel()
-        win = self.window
-        if self.language is None or win.mel.shape[1] < 2:  # not detected yet: the text so far
-            return turn_text + self.interim, 0.0
-        before = win.encoder or EncoderState.empty(self.net)
-        lookahead = round(self.config.lookahead_ms / 1000 / FRAME_S)
-        enc = encode_step(self.net, before, win.mel, lookahead, final=True, running_max=self.mel_state.running_max,
-                          silence=self._silence_frames)
-        if enc.frames == 0:
-            return turn_text + self.interim, 0.0
-        saved = self.cross.save(before.finalized, max(enc.frames + self._silence_frames, self.cross.real))
-        prefix = win.prefix
-        try:
-            self._update_cross(before, enc)
-            tokens, _, probs, _, _, _ = self._decode(enc.frames, final=True)
-        finally:
-            self.cross.load(saved)
-            win.prefix = prefix
-        k = len(tokens)  # the punctuation after the last token with a letter or digit (if any)
-        while k > 0 and not any(c.isalnum() for c in self.tokenizer.decode([tokens[k - 1]])):
-            k -= 1
-        probability = probs[k] if k < len(tokens) else 0.0
-        self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0, time.thread_time() - c0,
-                                    enc.frames - before.finalized, len(tokens)))
-        return turn_text + self.tokenizer.decode(tokens), probability
-
-    def _close_turn(self, stopped: SpeechStopped) -> TurnEnded:
-        words = self.words[self.turn_first_word:]
-        self.turn_first_word = len(self.words)
-        return TurnEnded("".join(w.word for w in words).strip(), list(words), self.turn_start_ms,
-                         stopped.audio_end_ms)
-
-    def _advance(self) -> list[Event]:
-        """A step boundary: decode, or (no speech for ``idle_after_ms``) flush and idle."""
-        cfg = self.config
-        if not cfg.vad:
-            return self._step(final=False)
-        now_ms = self.samples_fed * 1000 / SAMPLE_RATE
-        quiet = (self.last_speech_ms is None or now_ms - self.last_speech_ms >= cfg.idle_after_ms
-                 or (self.idle and self.last_speech_ms <= self.idle_since_ms))
-        if not quiet:
-            self.idle = False
-            return self._step(final=False)
-        events = [] if self.idle else self._flush()
-        self._trim_idle_window()
-        return events
-
-    def _flush(self) -> list[Event]:
-        """Commit everything decoded in the window and start an empty one here (the audio
-        after it is non-speech, or a turn ended)."""
-        win = self.window
-        if win.encoder is None and not win.committed:
-            return []
-        events = self._step(final=True)
-        self._reanchor(at_end=True)
-        if self.detect:
-            self.language = None  # the next speech may be in another language
-        if self.config.vad:  # nothing more to compute until speech resumes
-            self.idle = True
-            self.idle_since_ms = self.samples_fed * 1000 / SAMPLE_RATE
-        self.interim = ""
-        events.append(Interim("", self.audio_time))
-        return events
-
-    def _trim_idle_window(self) -> None:
-        """While idle, keep only the last ``resume_pad_ms`` of mel frames (the next window's
-        left context when speech resumes)."""
-        self._sync_mel()
-        win = self.window
-        keep = max(2, round(self.config.resume_pad_ms / 10)) // 2 * 2  # even: encoder frames are 2 mel frames
-        if win.encoder is None and not win.committed and win.mel.shape[1] > keep:
-            cut = win.mel.shape[1] - keep
-            a, b = win.start_frame / 100, (win.start_frame + cut) / 100
-            if self.skipped and abs(self.skipped[-1][1] - a) < 1e-6:
-                a = self.skipped.pop()[0]
-            self.skipped.append((a, b))
-            self.window = WindowState(start_frame=win.start_frame + cut, mel=win.mel[:, cut:].clone())
-
     # ------------------------------------------------------------------ one step
 
     @torch.inference_mode()
@@ -640,21 +308,28 @@ class StreamSession:
             # at the stream start and after each re-anchoring
             n_commit = 0
         else:
-            n_commit = self._stable_count(tokens, frames, probs, n_real, relaxed)
-        n_commit = self._word_boundary(tokens, n_commit, final, following)
+            n_commit = stable_count(tokens, frames, probs, n_real, cfg, not win.committed, win.last_hypothesis,
+                                    self.tokenizer.decode, relaxed)
+        n_commit = word_boundary(tokens, n_commit, final, self._starts_word, self.tokenizer.eot, following)
+        guard_vad = self.vad_state if self.vad is not None else None
         if n_commit:
-            words, ends = self._words(tokens, n_commit, probs, qk, n_real)
+            words, ends = step_words(self.tokenizer, tokens, n_commit, probs, qk, n_real, win,
+                                     self.words[-1].end if self.words else None, round(self.audio_time, 3))
+            if words:
+                win.committed_end_frame = end_frame(words[-1], win)
             if final and words:  # the window's last words: one read in the silence after speech is invented,
                 # and a phrase of 3+ words said again at once is the decoder reading its audio twice
-                keep = min(self._heard(words), len(words) - _repeated_tail([w.word for w in self.words[-8:] + words],
-                                                                             len(words)))
+                n_heard = (heard(words, guard_vad, cfg.gate_threshold)
+                           if cfg.hallucination_guard and guard_vad is not None else len(words))
+                keep = min(n_heard, len(words) - repeated_tail([w.word for w in self.words[-8:] + words], len(words)))
                 if keep < len(words):
                     self.dropped.extend(words[keep:])
                     n_commit = ends[keep - 1] if keep else 0
                     words = words[:keep]
             alone = not win.committed  # the window's first words: where invented phrases appear
-            looped = bool(words) and _repeats_thrice([w.word for w in self.words[-24:]], [w.word for w in words])
-            if words and (looped or self._hallucinated(words, alone)):
+            looped = bool(words) and repeats_thrice([w.word for w in self.words[-24:]], [w.word for w in words])
+            if words and (looped or (cfg.hallucination_guard and alone
+                                     and opening_hallucinated(words, guard_vad, cfg.gate_threshold))):
                 # refused: not kept as a decoder prefix either (it would steer the rest of the
                 # window); the window restarts after the refused words, where they were read.
                 # A phrase committed a third time in a row is a decoding loop, fed by the prompt
@@ -671,14 +346,14 @@ class StreamSession:
             else:
                 win.committed.extend(tokens[:n_commit])
                 if self._open_punctuation:  # the decoder said the turn's closing punctuation again
-                    while words and not _has_letters(words[0].word):
+                    while words and not has_letters(words[0].word):
                         words = words[1:]
                 if words:
                     self._open_punctuation = False
                     self.words.extend(words)
                     events.append(Committed(words))
                 if turn_end:  # the output keeps it; the decoder's context does not
-                    while win.committed and not _has_letters(self.tokenizer.decode(win.committed[-1:])):
+                    while win.committed and not has_letters(self.tokenizer.decode(win.committed[-1:])):
                         win.committed.pop()
                         self._open_punctuation = True
         # the prefix cache now covers prompt + committed tokens but the last
@@ -709,7 +384,7 @@ class StreamSession:
             _, p = vad_probs(self.vad_state, start * 1000, self.audio_time * 1000)
             return float((p >= self.config.vad_threshold).sum()) * FRAME_MS / 1000
         first = max(0, round((start - win.start_frame / 100) / FRAME_S))
-        return float(_speech_mask(win.mel, win.mel.shape[1] // 2)[first:].sum()) * FRAME_S
+        return float(speech_mask(win.mel, win.mel.shape[1] // 2)[first:].sum()) * FRAME_S
 
     def _retry_end(self) -> list[Event]:
         """A window's last decode stopped while speech remains after its last committed word
@@ -730,7 +405,7 @@ class StreamSession:
         finally:
             self._retrying = False
         new = self.words[n_words:]
-        if new and _reads_again([w.word for w in self.words[max(0, n_words - 8):n_words]], [w.word for w in new]):
+        if new and reads_again([w.word for w in self.words[max(0, n_words - 8):n_words]], [w.word for w in new]):
             # it read the committed words again (their end time was early): not new speech
             self.words = self.words[:n_words]
             self.dropped.extend(new)
@@ -757,40 +432,6 @@ class StreamSession:
         self._rules = None
         return LanguageDetected(self.language, round(probability, 4), self.audio_time)
 
-    def _hallucinated(self, words: list[StreamWord], alone: bool) -> bool:
-        """The guard against text without speech. Only words that open a window (after a
-        pause: where Whisper invents text) are judged: punctuation alone, "[Music]" or notes,
-        words over audio the VAD calls mostly non-speech (under 20 % of the frames within
-        300 ms), and the phrases Whisper invents over noise ("Thank you.", subtitle credits)
-        over weak speech. Words inside a window are never refused: their times can be off by
-        a few hundred ms at a pause, and real speech must not be dropped (the VAD gating
-        already keeps the decoder off non-speech)."""
-        if not self.config.hallucination_guard or not alone:
-            return False
-        text = "".join(w.word for w in words)
-        if not any(c.isalnum() for c in text):
-            return True
-        fraction = None
-        if self.vad is not None:
-            fraction = speech_fraction(self.vad_state, words[0].start * 1000, words[-1].end * 1000,
-                                       threshold=self.config.gate_threshold, pad_ms=300)
-        return hallucination_verdict(text, fraction).drop
-
-    def _heard(self, words: list[StreamWord]) -> int:
-        """How many of ``words`` to keep at a window's end: all but the trailing ones over audio
-        the VAD calls non-speech (under 20 % of the frames within 300 ms may be speech)."""
-        if not self.config.hallucination_guard or self.vad is None:
-            return len(words)
-        keep = len(words)
-        while keep > 0:
-            w = words[keep - 1]
-            fraction = speech_fraction(self.vad_state, w.start * 1000, w.end * 1000,
-                                       threshold=self.config.gate_threshold, pad_ms=300)
-            if fraction is None or fraction >= 0.2:
-                break
-            keep -= 1
-        return keep
-
     def _update_cross(self, before: EncoderState, enc: EncoderState) -> None:
         start = before.finalized
         parts = [enc.final_out[:, start:], enc.provisional_out]
@@ -808,231 +449,23 @@ class StreamSession:
         return prompt + tok.sot_sequence + [tok.no_timestamps]
 
     def _decode(self, n_real: int, final: bool, relaxed: bool = False):
-        """Force prompt + committed tokens, then decode greedily.
-
-        The forced prefix's self-attention keys/values are kept between steps (only its last
-        token is recomputed), and the previous step's uncommitted hypothesis is verified in one
-        batched pass (speculatively): tokens the model still predicts are accepted together,
-        and greedy decoding continues one token at a time only from where it diverges.
-        Returns the tokens, the frame each attends to when predicted, their probabilities, the
-        alignment-head attention (heads, tokens, 1500) and the decoder cache of the path."""
-        net, tok, cfg, win = self.net, self.tokenizer, self.config, self.window
+        """This step's decode (:func:`~susurrus.streaming.greedy.decode_step`) with the session's
+        prompt and logit rules, as a tuple of :class:`~susurrus.streaming.greedy.StepDecode`'s
+        fields but ``looped`` (which sets ``_decode_looped``)."""
         prompt = self._prompt()
-        forced = prompt + win.committed
-        heads = net.alignment_heads
-        base_len = len(forced) - 1
-        hyp = list(win.last_hypothesis)
-        dec = net.decoder
-        if win.prefix is None or not cfg.reuse_prefix or not win.committed:
-            # (until something is committed the prefix is just the prompt: recompute it, in the
-            # same pass as the hypothesis, so that it reads the audio as it is now)
-            cache = DecoderCache(self.cross.kv, [None] * len(dec.blocks))
-            hidden, cache, qk = dec(torch.tensor([[*forced, *hyp]]), cache, alignment_heads=heads, project=False)
-            hidden, qk = hidden[:, base_len:], qk[:, :, base_len:]
-            win.prefix = cache.rewind(base_len)
-        else:
-            hidden, cache, qk = dec(torch.tensor([[forced[-1], *hyp]]), win.prefix, alignment_heads=heads,
-                                    project=False)
-        approx = dec.project_approx(hidden[0])  # exact logits of the shortlist come per position below
         if self._rules is None or self._rules.sample_begin != len(prompt):
-            self._rules = LogitRules(tok, DecodingOptions(without_timestamps=True), len(prompt), net.dims.n_vocab)
-        rules = self._rules
-        budget = cfg.max_step_tokens if not final else 4 * cfg.max_step_tokens  # the last step says it all
-        limit = max(0, min(budget, net.dims.n_text_ctx - len(forced) - 1))
-        seq = list(forced)
-        tokens: list[int] = []
-        frames: list[int] = []
-        probs: list[float] = []
-        attns: list[torch.Tensor] = []
-        speech = None
-        forced = -1  # after a refused end-of-text: the furthest frame read when it was refused
-        glitched = False
-        edge = round(cfg.interim_edge_ms / 1000 / FRAME_S)
-        aligned = cfg.task == "transcribe"
-        following = None  # the token predicted after the last one kept (it tells if a word ended)
-        self._decode_looped = False
-        i = 0  # position in the current hidden/qk that predicts the next token
-        while len(tokens) < limit:
-            row = approx[i].clone()
-            rules(row[None], [seq])
-            row = dec.rescore(hidden[0, i], row)
-            if cfg.eot_guard and int(row.argmax()) == tok.eot and len(tokens) < 2 * cfg.max_step_tokens:
-                # end-of-text guard: refuse it while speech remains after the last token
-                if speech is None:
-                    speech = _speech_mask(win.mel, n_real)
-                # half a second of speech beyond half a second past the furthest token; at a
-                # window's last step (nothing after it will read this audio) 0.3 s beyond 0.2 s
-                lead, need = (10, 15) if final else (25, 25)
-                after = max(frames, default=win.committed_end_frame) + lead
-                if speech[after:n_real].sum() >= need:
-                    row[tok.eot] = -float("inf")
-                    if final:  # what follows must read past it (a window's last step: nothing comes after)
-                        forced = max(frames, default=win.committed_end_frame)
-            nxt = int(row.argmax())
-            following = nxt
-            if nxt == tok.eot:
-                break
-            attn = qk[0, :, i].float().softmax(-1)  # (heads, 1500): where it looked to predict
-            frame = int(attn.mean(0).argmax())
-            if not aligned:
-                pass  # translating: the alignment heads do not follow the audio; agreement decides
-            elif frame >= n_real and not final:
-                if not relaxed or glitched or (frames and frames[-1] >= n_real):
-                    break  # it reads the silence after the audio: what follows is invention
-                glitched = True
-            elif frame >= n_real - edge and not final and not relaxed:
-                break  # too close to the edge to be stable: not worth a decoder pass yet
-            elif final and frame >= n_real + 10 and self._starts_word(nxt):
-                break  # at the end too, a new word read in the silence after the audio is invented
-            if _repeats_third_time(seq + [nxt]):
-                self._decode_looped = True
-                break  # a phrase about to be said a third time in a row: a decoding loop
-            if aligned and not relaxed and self._starts_word(nxt) and (
-                    frame <= forced or frame < max(frames, default=frame) - cfg.reread_frames
-                    or (frame < win.committed_end_frame - 2 * cfg.reread_frames and self._says_again(nxt))):
-                # a new word read from audio already transcribed (not past where the decoder was
-                # when its end-of-text was refused; before this step's words; or well before the
-                # end of the committed ones, saying one of them again: the committed end alone
-                # can be late, a word stretched to the audio edge): the decoder is starting over
-                break
-            tokens.append(nxt)
-            probs.append(float(torch.softmax(row, -1)[nxt]))
-            attns.append(attn)
-            frames.append(frame)
-            seq.append(nxt)
-            following = None
-            if i + 1 < hidden.shape[1] and hyp[i] == nxt:
-                i += 1  # the batch already holds the position after this token
-                continue
-            # diverged from (or ran past) the verified hypothesis: continue one token at a time
-            cache = cache.rewind(base_len + len(tokens))  # the path up to the token before nxt
-            hidden, cache, qk = dec(torch.tensor([[nxt]]), cache, alignment_heads=heads, project=False)
-            approx = dec.project_approx(hidden[0])
-            hyp, i = [], 0
-        qk_all = (torch.stack(attns, dim=1) if attns
-                  else torch.zeros(int(heads.sum()), 0, net.dims.n_audio_ctx))
-        return tokens, frames, probs, qk_all, cache, following
-
-    def _stable_count(self, tokens: list[int], frames: list[int], probs: list[float], n_real: int,
-                      relaxed: bool = False) -> int:
-        cfg = self.config
-        margin = cfg.commit_margin_ms
-        if not self.window.committed:
-            margin = max(margin, cfg.first_margin_ms)
-        agreed = len(tokens)
-        if cfg.task != "transcribe":
-            # a translation is not aligned with the audio and reorders it: commit whole
-            # sentences that two consecutive steps agree on (LocalAgreement) and that the
-            # decoder has gone on from (a sentence it translated to the edge of the audio may
-            # still change); the rest waits for the window's last decode
-            agreed = _common_prefix(tokens[:-1], self.window.last_hypothesis)
-            tok = self.tokenizer
-            while agreed and not (tok.decode(tokens[agreed - 1:agreed]).rstrip().endswith(SENTENCE_END)
-                                  and _has_letters(tok.decode(tokens[agreed:]))):
-                agreed -= 1
-            return agreed
-        if cfg.policy == "agreement":
-            # what two consecutive steps agree on, away from the edge by half the margin
-            agreed = _common_prefix(tokens, self.window.last_hypothesis)
-            margin //= 2
-        elif not self.window.committed and cfg.opening_agreement:
-            # a window's opening words are read without left context, where Whisper guesses:
-            # they must also be what the previous step decoded (LocalAgreement) to commit
-            agreed = _common_prefix(tokens, self.window.last_hypothesis)
-        edge = n_real - round(margin / 1000 / FRAME_S)
-        far_edge = n_real - round(max(margin, cfg.uncertain_margin_ms) / 1000 / FRAME_S)
-        n = 0
-        while n < agreed:
-            limit = edge if probs[n] >= cfg.confident_prob else far_edge
-            glitch = relaxed and frames[n] >= n_real and n + 1 < agreed and frames[n + 1] < limit
-            if not (frames[n] < limit or glitch):
-                break
-            n += 1
-        return n
-
-    def _word_boundary(self, tokens: list[int], n: int, final: bool, following: int | None = None) -> int:
-        """Shrink ``n`` so that only complete words are committed: the token after the last
-        committed one (or, after the last decoded token, the one the model predicted next)
-        must start a new word (at the end of the stream everything goes)."""
-        if final:
-            return n
-        if n == len(tokens) and following is not None and following < self.tokenizer.eot \
-                and self._starts_word(following):
-            return n
-        while n > 0 and not (n < len(tokens) and self._starts_word(tokens[n])):
-            n -= 1
-        return n
-
-    def _says_again(self, token: int) -> bool:
-        """Whether the word ``token`` starts is the start of a word committed in this window."""
-        piece = self.tokenizer.decode([token]).strip().lower().strip(".,;:!?\"'")
-        committed = self.tokenizer.decode(self.window.committed).lower().split()
-        return bool(piece) and any(w.strip(".,;:!?\"'").startswith(piece) for w in committed)
+            self._rules = LogitRules(self.tokenizer, DecodingOptions(without_timestamps=True), len(prompt),
+                                     self.net.dims.n_vocab)
+        out = decode_step(self.net, self.tokenizer, self.config, self.window, self.cross.kv, prompt, self._rules,
+                          self._starts_word, n_real, final, relaxed)
+        self._decode_looped = out.looped
+        return out.tokens, out.frames, out.probs, out.qk, out.cache, out.following
 
     def _starts_word(self, token: int) -> bool:
         piece = self._pieces.get(token)
         if piece is None:
             piece = self._pieces[token] = self.tokenizer.decode([token])
-        if self.language in UNSPACED_LANGUAGES:  # any whole character may end a word
-            return "\ufffd" not in piece
-        return piece.startswith(" ")
-
-    def _words(self, tokens: list[int], n_commit: int, probs: list[float], qk: torch.Tensor,
-               n_real: int) -> tuple[list[StreamWord], list[int]]:
-        """Times of the first ``n_commit`` tokens' words (and, per word, the tokens up to its
-        end), from a DTW over this step's tokens (the uncommitted ones absorb the audio after
-        them) from the last committed word's end to the audio edge, refined at pauses with the
-        window's energy as offline."""
-        tok = self.tokenizer
-        f0 = max(0, min(self.window.committed_end_frame, n_real - 1))
-        weights = qk[:, :, f0:n_real]  # (heads, tokens, frames)
-        n_tok = len(tokens)
-        first = np.zeros(n_tok, dtype=int)
-        last = np.zeros(n_tok, dtype=int)
-        if weights.shape[2] >= 2:
-            weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-9)
-            if n_tok > 1:
-                std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
-                weights = (weights - mean) / (std + 1e-10)
-            matrix = median_filter(weights, 7).mean(0)
-            text_idx, time_idx = dtw(-matrix.double().numpy())
-            for ti, fi in zip(text_idx[::-1], time_idx[::-1]):
-                first[ti] = fi
-            for ti, fi in zip(text_idx, time_idx):
-                last[ti] = fi
-        words, groups = tok.split_to_word_tokens(tokens)
-        timings: list[WordTiming] = []
-        k = 0
-        for word, group in zip(words, groups):
-            a, b = k, k + len(group)
-            k = b
-            timings.append(WordTiming(word, group, (f0 + first[a]) * FRAME_S, (f0 + last[b - 1] + 1) * FRAME_S,
-                                      float(np.mean(probs[a:b]))))
-        merge_punctuations(timings)
-        speech = speech_frames(self.window.mel, self.window.mel.shape[1])
-        refine_with_energy(timings, speech)
-        offset = self.window.start_frame / 100.0
-        emitted = round(self.audio_time, 3)
-        out: list[StreamWord] = []
-        ends: list[int] = []
-        taken = 0
-        for t in timings:
-            if taken >= n_commit:
-                break
-            taken += len(t.tokens)
-            if not t.word:
-                continue
-            ends.append(taken)
-            start, end = offset + t.start, offset + t.end
-            if self.words and start < self.words[-1].end:
-                start = self.words[-1].end
-            if out and start < out[-1].end:
-                start = out[-1].end
-            out.append(StreamWord(t.word, round(start, 3), round(max(end, start), 3), emitted,
-                                  round(t.probability, 4)))
-        if out:
-            self.window.committed_end_frame = int(round((out[-1].end - offset) / FRAME_S))
-        return out, ends
+        return starts_word(piece, self.language)
 
     def _reanchor(self, at_end: bool = False) -> None:
         """Start a new window at the end of the last committed word (or drop old audio when
@@ -1054,68 +487,6 @@ class StreamSession:
         self.cross.restore(0)
 
 
-def _repeats_third_time(seq: list[int], longest: int = 12) -> bool:
-    """Whether ``seq`` ends with some 1..longest-token phrase three times back to back."""
-    for n in range(1, longest + 1):
-        if len(seq) >= 3 * n and seq[-n:] == seq[-2 * n:-n] == seq[-3 * n:-2 * n]:
-            return True
-    return False
-
-
-def word_key(word: str) -> str:
-    """A word compared for repetition: no case, no surrounding punctuation."""
-    return word.strip().strip(".,;:!?\"'-…").lower()
-
-
-def _repeats_thrice(before: list[str], new: list[str], longest: int = 8) -> bool:
-    """Whether the words ``new`` complete some 1..``longest``-word phrase said three times in
-    a row at the end of ``before + new`` (words compared without case and punctuation)."""
-    words = [k for k in map(word_key, before + new) if k]
-    for n in range(1, longest + 1):
-        if len(words) >= 3 * n and words[-n:] == words[-2 * n:-n] == words[-3 * n:-2 * n]:
-            return True
-    return False
-
-
-def _has_letters(text: str) -> bool:
-    return any(c.isalnum() for c in text)
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
-def _repeated_tail(words: list[str], limit: int, shortest: int = 3) -> int:
-    """How many of the last ``limit`` words repeat, at once, the phrase of 3+ words before them
-    ("in being comparatively modern, in being comparatively modern"): 0 if none."""
-    norm = [word_key(w) for w in words]
-    for n in range(min(limit, len(norm) // 2), shortest - 1, -1):
-        if norm[-n:] == norm[-2 * n:-n]:
-            return n
-    return 0
-
-
-def _reads_again(committed: list[str], new: list[str]) -> bool:
-    """Whether ``new`` opens with words of ``committed`` in their order (its first two, or its
-    only one, within the last committed words): text read again, not new speech."""
-    norm = [word_key(w) for w in committed]
-    head = [word_key(w) for w in new[:2]]
-    for i in range(len(norm) - len(head) + 1):
-        if norm[i:i + len(head)] == head:
-            return True
-    return False
-
-
-def _speech_mask(mel_log10: torch.Tensor, n_real: int) -> np.ndarray:
-    """Per encoder frame, whether it is louder than the window's noise floor."""
-    per_mel = speech_frames(mel_log10, mel_log10.shape[1])
-    n = min(n_real, len(per_mel) // 2)
-    return per_mel[: 2 * n].reshape(n, 2).any(axis=1)
-
-
 def _as_float(pcm: np.ndarray) -> np.ndarray:
     pcm = np.asarray(pcm)
     if pcm.ndim != 1:
@@ -1127,11 +498,3 @@ def _as_float(pcm: np.ndarray) -> np.ndarray:
     if pcm.size and not np.isfinite(pcm).all():
         raise ValueError("audio contains NaN or infinite samples")
     return pcm.astype(np.float32, copy=False)
-
-
-def stream_config(latency: str | None = None, **overrides) -> StreamConfig:
-    """A preset (low/medium/high) with explicit settings overriding it."""
-    name = latency or "medium"
-    if name not in PRESETS:
-        raise ValueError(f"latency must be one of {sorted(PRESETS)}, not {latency!r}")
-    return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})

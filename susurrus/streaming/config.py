@@ -1,0 +1,107 @@
+"""A stream's settings (:class:`StreamConfig`, the latency presets) and the constants the
+streaming engine's decisions share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from susurrus.streaming.vad import TurnConfig
+
+FRAME_S = 0.02  # seconds per encoder frame
+# a multilingual stream without a language decides it once the decoder gives one this probability
+# (English dev items: 0.86-0.96 after 1.5 s; Swedish and Spanish are 0.2-0.3 guesses then, and
+# wrong: they wait for detect_ms), and not before this much audio
+DETECT_SURE = 0.8
+DETECT_EARLIEST_S = 1.0
+RETRY_SPEECH_S = 0.5  # speech left 0.5 s past a window's last word that makes its last decode retry
+# Whisper pads a window with digital silence: log-mel at the floor, 8 below the audio's maximum,
+# normalised (floor + 4) / 4 = -0.7 for speech peaking at ~1.2 (dev and hard: 0.9-1.5; the
+# streams do not change within -0.6..-0.9). A pad of normalised 0 (4 above the floor, what
+# padding the normalised log-mel with zeros gives) reads as sound: base invented words in it
+SILENCE_LEVEL = -0.7
+SENTENCE_END = (".", "?", "!", "。", "？", "！")  # punctuation a sentence ends with
+UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # written without spaces between words
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    chunk_ms: int = 640  # audio per step
+    # encoder frames kept provisional at the edge: re-encoded at every step, in both directions
+    # with each other, so that a frame is final only once it has heard this much of what follows
+    # (offline, Whisper hears it all: with 400 ms, hard speech lost 10 WER points to offline)
+    lookahead_ms: int = 1000
+    # the first frames of the silence after the audio, encoded at each step as its continuation:
+    # offline, Whisper's padding frames attend to the speech before them, and that is how the
+    # decoder knows where speech ends (base: 7.4 -> 6.3 % WER on 13 dev items; the rest of the
+    # 30 s is the encoder output of silence alone, computed once per model)
+    silence_context_ms: int = 500
+    commit_margin_ms: int = 500  # AlignAtt: commit tokens attending this far before the edge
+    policy: str = "alignatt"  # or "agreement" (commit what two consecutive steps agree on)
+    eot_guard: bool = True  # refuse end-of-text while speech remains after the last token
+    max_window_s: float = 24.0  # re-anchor the window when it holds this much audio
+    context_tokens: int = 96  # previous committed tokens given as the prompt
+    max_step_tokens: int = 32  # tokens decoded per step at most
+    reuse_prefix: bool = True  # keep the forced prefix's decoder keys/values between steps
+    first_commit_ms: int = 1500  # commit nothing until the window holds this much audio
+    stall_s: float = 8.0  # re-anchor when nothing was committed for this long after committed text
+    confident_prob: float = 0.5  # tokens less likely than this need ...
+    uncertain_margin_ms: int = 1500  # ... this margin instead (more right context to settle)
+    first_margin_ms: int = 1000  # commit margin until the window's first commit (opening words need context)
+    opening_agreement: bool = True  # ... and two consecutive steps must agree on them
+    interim_edge_ms: int = 200  # stop decoding at tokens read this close to the audio edge (they change)
+    reread_frames: int = 25  # stop at a new word read this many encoder frames (20 ms) before the last one
+    vad: bool = True  # Silero VAD: no compute in non-speech, no text over it
+    vad_threshold: float = 0.5  # a 32 ms frame is speech when its probability reaches this (turns)
+    # ... and may be speech at this: the gate wakes and stays awake on such frames, and the guard
+    # counts them as speech. Silero gives whispered or creaky speech 0.15-0.5 where noise and
+    # music stay under 0.05 (docs/benchmarks.md): the gate saves compute, it must not delete words
+    wake_threshold: float = 0.15
+    idle_after_ms: int = 1000  # no speech for this long: flush the window and stop computing
+    resume_pad_ms: int = 500  # audio kept before speech that resumes after idling
+    hallucination_guard: bool = True  # drop committed text over non-speech / known phrases over weak speech
+    turns: TurnConfig | None = None  # server_vad turn detection (speech started/stopped, a flush per turn)
+    semantic_turns: bool = False  # end turns sooner after a sure sentence end, later when the text trails off
+    detect_ms: int = 3000  # multilingual without a language: audio heard before detecting it
+    language: str | None = None
+    task: str = "transcribe"
+    # text the decoder is conditioned on, as Whisper's initial prompt offline (names, terms,
+    # style); unlike the text so far it is kept in every window's prompt, loops and stalls too
+    prompt: str | None = None
+
+    @property
+    def gate_threshold(self) -> float:
+        """The probability at which a VAD frame may be speech: the gate and the guards use it."""
+        return min(self.wake_threshold, self.vad_threshold)
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("alignatt", "agreement"):
+            raise ValueError(f"policy must be 'alignatt' or 'agreement', not {self.policy!r}")
+        if not 20 <= self.chunk_ms <= 5000:
+            raise ValueError(f"chunk_ms must be within 20..5000, not {self.chunk_ms}")
+        if not 0 <= self.lookahead_ms <= 5000:
+            raise ValueError(f"lookahead_ms must be within 0..5000, not {self.lookahead_ms}")
+        if not 0 <= self.silence_context_ms <= 5000:
+            raise ValueError(f"silence_context_ms must be within 0..5000, not {self.silence_context_ms}")
+        if not 5.0 <= self.max_window_s <= 28.0:
+            raise ValueError(f"max_window_s must be within 5..28 s, not {self.max_window_s}")
+        if not 0.0 < self.vad_threshold < 1.0:
+            raise ValueError(f"vad_threshold must be within (0, 1), not {self.vad_threshold}")
+        if not 0.0 < self.wake_threshold < 1.0:
+            raise ValueError(f"wake_threshold must be within (0, 1), not {self.wake_threshold}")
+        if self.idle_after_ms < 200:
+            raise ValueError(f"idle_after_ms must be at least 200, not {self.idle_after_ms}")
+
+
+PRESETS: dict[str, StreamConfig] = {
+    "low": StreamConfig(chunk_ms=320, lookahead_ms=1000, commit_margin_ms=500),
+    "medium": StreamConfig(),
+    "high": StreamConfig(chunk_ms=960, lookahead_ms=1500, commit_margin_ms=800),
+}
+
+
+def stream_config(latency: str | None = None, **overrides) -> StreamConfig:
+    """A preset (low/medium/high) with explicit settings overriding it."""
+    name = latency or "medium"
+    if name not in PRESETS:
+        raise ValueError(f"latency must be one of {sorted(PRESETS)}, not {latency!r}")
+    return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,90 @@
+"""The decoder's guards: end-of-text refused while speech remains, and the repetition and
+re-reading checks that catch a decoding loop or the decoder reading its audio twice. Pure
+functions over tokens, words and frames; ``StreamSession`` and ``greedy.py`` apply them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from susurrus.decoding.alignment import speech_frames
+
+
+def speech_mask(mel_log10: torch.Tensor, n_real: int) -> np.ndarray:
+    """Per encoder frame, whether it is louder than the window's noise floor."""
+    per_mel = speech_frames(mel_log10, mel_log10.shape[1])
+    n = min(n_real, len(per_mel) // 2)
+    return per_mel[: 2 * n].reshape(n, 2).any(axis=1)
+
+
+def eot_too_early(speech: np.ndarray, last_frame: int, n_real: int, final: bool) -> bool:
+    """The end-of-text guard: whether speech remains after ``last_frame`` (the furthest frame a
+    token read): half a second of speech beyond half a second past it; at a window's last step
+    (nothing after it will read this audio) 0.3 s beyond 0.2 s. ``speech``: :func:`speech_mask`."""
+    lead, need = (10, 15) if final else (25, 25)
+    return speech[last_frame + lead:n_real].sum() >= need
+
+
+def starts_over(frame: int, frames: list[int], forced: int, committed_end_frame: int, reread_frames: int,
+                says_again: Callable[[], bool]) -> bool:
+    """Whether a new word read at ``frame`` is read from audio already transcribed (not past
+    ``forced``, where the decoder was when its end-of-text was refused; before this step's
+    words, ``frames``; or well before the end of the committed ones, saying one of them again:
+    the committed end alone can be late, a word stretched to the audio edge): the decoder is
+    starting over. ``says_again``: whether the word says a committed one again (:func:`says_again`),
+    asked only when it matters."""
+    return (frame <= forced or frame < max(frames, default=frame) - reread_frames
+            or (frame < committed_end_frame - 2 * reread_frames and says_again()))
+
+
+def says_again(piece: str, committed_text: str) -> bool:
+    """Whether ``piece`` (a token's text) is the start of a word of ``committed_text``."""
+    piece = piece.strip().lower().strip(".,;:!?\"'")
+    committed = committed_text.lower().split()
+    return bool(piece) and any(w.strip(".,;:!?\"'").startswith(piece) for w in committed)
+
+
+def repeats_third_time(seq: list[int], longest: int = 12) -> bool:
+    """Whether ``seq`` ends with some 1..longest-token phrase three times back to back."""
+    for n in range(1, longest + 1):
+        if len(seq) >= 3 * n and seq[-n:] == seq[-2 * n:-n] == seq[-3 * n:-2 * n]:
+            return True
+    return False
+
+
+def word_key(word: str) -> str:
+    """A word compared for repetition: no case, no surrounding punctuation."""
+    return word.strip().strip(".,;:!?\"'-…").lower()
+
+
+def repeats_thrice(before: list[str], new: list[str], longest: int = 8) -> bool:
+    """Whether the words ``new`` complete some 1..``longest``-word phrase said three times in
+    a row at the end of ``before + new`` (words compared without case and punctuation)."""
+    words = [k for k in map(word_key, before + new) if k]
+    for n in range(1, longest + 1):
+        if len(words) >= 3 * n and words[-n:] == words[-2 * n:-n] == words[-3 * n:-2 * n]:
+            return True
+    return False
+
+
+def repeated_tail(words: list[str], limit: int, shortest: int = 3) -> int:
+    """How many of the last ``limit`` words repeat, at once, the phrase of 3+ words before them
+    ("in being comparatively modern, in being comparatively modern"): 0 if none."""
+    norm = [word_key(w) for w in words]
+    for n in range(min(limit, len(norm) // 2), shortest - 1, -1):
+        if norm[-n:] == norm[-2 * n:-n]:
+            return n
+    return 0
+
+
+def reads_again(committed: list[str], new: list[str]) -> bool:
+    """Whether ``new`` opens with words of ``committed`` in their order (its first two, or its
+    only one, within the last committed words): text read again, not new speech."""
+    norm = [word_key(w) for w in committed]
+    head = [word_key(w) for w in new[:2]]
+    for i in range(len(norm) - len(head) + 1):
+        if norm[i:i + len(head)] == head:
+            return True
+    return False

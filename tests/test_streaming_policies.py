@@ -1,0 +1,153 @@
+"""The streaming engine's policies alone, without a model: the commit policy (commit.py), the
+decoder's guards (guards.py), word timing (words.py), the hallucination guard's checks and the
+state's print-out. Pure functions over token lists, frames and VAD probabilities."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from susurrus.streaming.commit import sentences_agreed, stable_count, word_boundary
+from susurrus.streaming.config import StreamConfig
+from susurrus.streaming.events import StreamWord
+from susurrus.streaming.guards import (
+    eot_too_early,
+    reads_again,
+    repeated_tail,
+    repeats_third_time,
+    says_again,
+    starts_over,
+)
+from susurrus.streaming.hallucination import heard, opening_hallucinated
+from susurrus.streaming.state import WindowState, brief
+from susurrus.streaming.vad import FRAME_MS, VadState
+from susurrus.streaming.words import starts_word, token_frames
+
+# a toy vocabulary: token id -> text, as a tokenizer would decode it
+VOCAB = {0: " ask", 1: " not", 2: " what", 3: "ever", 4: ".", 5: " Ask", 6: " your", 7: " country", 8: "!"}
+EOT = 100
+
+
+def decode(tokens: list[int]) -> str:
+    return "".join(VOCAB[t] for t in tokens if t < EOT)
+
+
+def starts(token: int) -> bool:
+    return starts_word(VOCAB[token], "en")
+
+
+def test_alignatt_commits_tokens_read_before_the_margin():
+    cfg = StreamConfig(commit_margin_ms=500, uncertain_margin_ms=1500, confident_prob=0.5)
+    n_real = 200  # 4 s of encoder frames; the margin is 25 frames, the uncertain one 75
+    tokens, probs = [0, 1, 2, 6], [0.9, 0.9, 0.9, 0.9]
+    assert stable_count(tokens, [10, 100, 176, 190], probs, n_real, cfg, False, [], decode) == 2
+    assert stable_count(tokens, [10, 100, 170, 174], probs, n_real, cfg, False, [], decode) == 4
+    # an unsure token needs the uncertain margin: it and what follows wait
+    assert stable_count(tokens, [10, 100, 170, 174], [0.9, 0.3, 0.3, 0.9], n_real, cfg, False, [], decode) == 2
+    # relaxed: one token read past the audio between stable ones is an attention glitch
+    assert stable_count(tokens, [10, 230, 100, 190], probs, n_real, cfg, False, [], decode) == 1
+    assert stable_count(tokens, [10, 230, 100, 190], probs, n_real, cfg, False, [], decode, relaxed=True) == 3
+
+
+def test_opening_words_need_agreement_and_the_first_margin():
+    cfg = StreamConfig(commit_margin_ms=500, first_margin_ms=1000)
+    tokens, frames, probs = [0, 1, 2], [10, 20, 160], [0.9, 0.9, 0.9]
+    assert stable_count(tokens, frames, probs, 200, cfg, False, [], decode) == 3
+    assert stable_count(tokens, frames, probs, 200, cfg, True, [0, 1, 2], decode) == 2  # 160 is within 1 s
+    assert stable_count(tokens, frames, probs, 200, cfg, True, [0, 6], decode) == 1  # the last step said "ask your"
+    agreement = StreamConfig(policy="agreement", commit_margin_ms=500)
+    assert stable_count(tokens, frames, probs, 200, agreement, False, [0, 1, 6], decode) == 2
+
+
+def test_translation_commits_whole_sentences_two_steps_agree_on():
+    cfg = StreamConfig(task="translate")
+    tokens = [0, 1, 4, 5, 6, 7, 8, 2]  # " ask not. Ask your country! what"
+    assert sentences_agreed(tokens, tokens, decode) == 7
+    assert stable_count(tokens, [0] * 8, [1.0] * 8, 200, cfg, False, tokens, decode) == 7
+    assert sentences_agreed(tokens, tokens[:6], decode) == 3  # the second sentence is not agreed yet
+    assert sentences_agreed(tokens[:3], tokens[:3], decode) == 0  # nothing after the sentence yet
+
+
+def test_word_boundary_commits_whole_words():
+    tokens = [2, 3, 1]  # " what" "ever" " not"
+    assert word_boundary(tokens, 1, False, starts, EOT) == 0  # "ever" continues " what"
+    assert word_boundary(tokens, 2, False, starts, EOT) == 2
+    assert word_boundary(tokens, 3, False, starts, EOT) == 2  # the last word may go on
+    assert word_boundary(tokens, 3, False, starts, EOT, following=0) == 3  # ... unless a new word follows
+    assert word_boundary(tokens, 3, False, starts, EOT, following=EOT) == 2
+    assert word_boundary(tokens, 1, True, starts, EOT) == 1  # at the end everything goes
+
+
+def test_unspaced_languages_end_words_at_whole_characters():
+    assert starts_word("时", "zh") and not starts_word("\ufffd", "zh")
+    assert starts_word(" Haus", "de") and not starts_word("haus", "de")
+
+
+def test_repetition_guards():
+    assert repeats_third_time([5, 1, 2, 1, 2, 1, 2])
+    assert not repeats_third_time([5, 1, 2, 1, 2])
+    assert repeats_third_time([7, 7, 7], longest=1) and not repeats_third_time([7, 8, 7, 8, 7, 8], longest=1)
+    words = " in being comparatively modern, in being comparatively modern.".split(" ")[1:]
+    assert repeated_tail(words, 4) == 4
+    assert repeated_tail(words, 3) == 0  # only the last 3 words may go: not a whole phrase
+    assert repeated_tail(["no,", "no"], 2) == 0  # shorter than 3 words: speech
+
+
+def test_reading_again():
+    assert reads_again(["ask", "not", "what", "your"], ["What", "your", "country"])
+    assert not reads_again(["ask", "not", "what", "your"], ["country", "can"])
+    assert says_again(" Coun", " ask what your country")
+    assert not says_again(" .", " ask what your country.")  # punctuation alone says nothing
+
+
+def test_end_of_text_refused_while_speech_remains():
+    speech = np.zeros(200, dtype=bool)
+    speech[100:150] = True  # a second of speech from frame 100
+    assert eot_too_early(speech, last_frame=50, n_real=200, final=False)
+    assert not eot_too_early(speech, last_frame=120, n_real=200, final=False)  # 0.1 s past 0.5 s on
+    assert eot_too_early(speech, last_frame=120, n_real=200, final=True)  # at the end 0.3 s past 0.2 s is enough
+    assert not eot_too_early(speech, last_frame=140, n_real=200, final=True)
+
+
+def test_starting_over():
+    never = lambda: False  # noqa: E731
+    assert starts_over(40, [80, 90], forced=-1, committed_end_frame=0, reread_frames=25, says_again=never)
+    assert not starts_over(70, [80, 90], forced=-1, committed_end_frame=0, reread_frames=25, says_again=never)
+    assert starts_over(70, [80, 90], forced=75, committed_end_frame=0, reread_frames=25, says_again=never)
+    # well before the committed end: only when it says a committed word again
+    assert not starts_over(40, [], forced=-1, committed_end_frame=100, reread_frames=25, says_again=never)
+    assert starts_over(40, [], forced=-1, committed_end_frame=100, reread_frames=25, says_again=lambda: True)
+
+
+def test_token_frames_follow_a_diagonal_attention():
+    n_tok, n_frames = 5, 60
+    qk = torch.full((2, n_tok, n_frames), 0.01)
+    for t in range(n_tok):
+        qk[:, t, 10 + 10 * t: 14 + 10 * t] = 1.0  # token t reads frames 10t+10 .. 10t+13
+    first, last = token_frames(qk, 4, n_frames)
+    assert (np.diff(first) > 0).all() and (last >= first).all()
+    assert all(4 + first[t] <= 11 + 10 * t <= 4 + last[t] for t in range(n_tok))  # each token's span holds its peak
+    first, last = token_frames(qk, 59, n_frames)  # a single frame: nothing to align
+    assert not first.any() and not last.any()
+
+
+def _vad(probs: list[float]) -> VadState:
+    return VadState(frames_done=len(probs), probs=np.array(probs, dtype=np.float32))
+
+
+def test_hallucination_checks_read_the_vad():
+    vad = _vad([0.9] * 30 + [0.01] * 60)  # speech for 0.96 s, then none
+    speech_word = StreamWord(" Hello", 0.2, 0.6, 1.0, 0.9)
+    late = [StreamWord(" you", 2.0, 2.2, 3.0, 0.5), StreamWord(" all.", 2.3, 2.6, 3.0, 0.5)]
+    assert heard([speech_word, *late], vad, 0.15) == 1
+    assert heard([speech_word], vad, 0.15) == 1
+    assert opening_hallucinated([StreamWord(" Thank you.", 2.0, 2.6, 3.0, 0.5)], vad, 0.15)
+    assert not opening_hallucinated([speech_word], vad, 0.15)
+    assert opening_hallucinated([StreamWord(" ...", 0.2, 0.6, 1.0, 0.9)], None, 0.15)  # no words at all
+    assert FRAME_MS == 32
+
+
+def test_state_prints_shapes_not_contents():
+    win = WindowState(start_frame=300, mel=torch.zeros(80, 1200), committed=list(range(50)))
+    text = brief(win)
+    assert "mel=Tensor[80, 1200]" in text and "committed=[50 items]" in text and len(text) < 200
