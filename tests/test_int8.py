@@ -9,7 +9,16 @@ from susurrus.audio.io import decode_audio
 from susurrus.evaluation.metrics import error_counts
 
 
-def test_int8_model_transcribes_and_streams_a_dev_item_close_to_float32(dev_item, tiny):
+@pytest.fixture
+def one_thread():
+    """One torch thread for this test (on a busy 2-core machine two threads made it ~5x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_int8_model_transcribes_and_streams_a_dev_item_close_to_float32(dev_item, tiny, one_thread):
     import susurrus
     from susurrus.audio.features import log_mel_spectrogram, pad_or_trim
     from susurrus.model.whisper import Linear
