@@ -52,6 +52,8 @@ class SimulWord:
 def export_checkpoint(model, directory: str | Path, name: str) -> Path:
     """``model`` (a loaded susurrus model) as an openai-whisper checkpoint ``directory/name.pt``
     (the file's stem tells whisperlivekit whether the model is English-only)."""
+    if getattr(model, "compute_type", "float32") != "float32":  # int8 layers hold no float weights to export
+        raise ValueError(f"export needs a float32 model, not compute_type={model.compute_type!r}")
     path = Path(directory) / f"{name}.pt"
     state = {k: v.detach().float().clone() for k, v in model.net.state_dict().items()
              if isinstance(v, torch.Tensor) and "_int8" not in k}  # (not the decoder's int8 shortlist)

@@ -323,8 +323,10 @@ class TextDecoder(nn.Module):
         return (self.project(x) if project else x), DecoderCache(cache.cross, self_kv), qk
 
 
-def _int8_linear(weight: Tensor) -> nn.Module:
-    """A dynamically quantised (fbgemm int8, per-row scales) bias-free linear layer with ``weight`` (out, in)."""
+def _int8_linear(weight: Tensor, bias: Tensor | None = None) -> nn.Module:
+    """A dynamically quantised linear layer (fbgemm int8 weights with per-row scales; each call
+    quantises its input per tensor, 7-bit as fbgemm needs on CPUs without VNNI) with ``weight``
+    (out, in) and an optional float ``bias``. Takes and returns float32."""
     import warnings
 
     with warnings.catch_warnings():
@@ -332,10 +334,34 @@ def _int8_linear(weight: Tensor) -> nn.Module:
         import torch.ao.nn.quantized.dynamic as qd
         from torch.ao.quantization import per_channel_dynamic_qconfig
 
-        float_linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        float_linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
         float_linear.weight.data = weight.detach().float().clone()
+        if bias is not None:
+            float_linear.bias.data = bias.detach().float().clone()
         float_linear.qconfig = per_channel_dynamic_qconfig
         return qd.Linear.from_float(float_linear)
+
+
+INT8_PARTS = ("encoder", "decoder")
+
+
+def quantize_linears(net: Whisper, parts: tuple[str, ...] = INT8_PARTS) -> int:
+    """Replace the linear layers (attention projections and MLPs) of the ``parts``' residual
+    blocks by int8 dynamically quantised ones, in place; the conv stem, layer norms, embeddings
+    and the vocabulary projection stay float32. Lossy (docs/benchmarks.md). Returns the number
+    of layers replaced."""
+    unknown = set(parts) - set(INT8_PARTS)
+    if unknown:
+        raise ValueError(f"unknown part(s) {sorted(unknown)}; known: {list(INT8_PARTS)}")
+    replaced = 0
+    for part in parts:
+        blocks = getattr(net, part).blocks
+        for module in list(blocks.modules()):
+            for child_name, child in list(module.named_children()):
+                if isinstance(child, Linear):
+                    setattr(module, child_name, _int8_linear(child.weight, child.bias))
+                    replaced += 1
+    return replaced
 
 
 class Whisper(nn.Module):

@@ -23,11 +23,23 @@ MODEL_HELP = ("model: an embedded name (tiny.en, base), a CTranslate2 directory,
               "any size up to large-v3 and large-v3-turbo; nothing is downloaded (default: %(default)s)")
 
 
+COMPUTE_TYPES = ["float32", "int8", "int8_encoder", "int8_decoder"]  # susurrus.api.COMPUTE_TYPES (not imported: torch)
+COMPUTE_TYPE_HELP = ("float32 (default, exact) or int8: the linear layers of the encoder's and the decoder's blocks "
+                     "(attention projections, MLPs) on int8 weights, offline and streaming alike; int8_encoder and "
+                     "int8_decoder quantise one side only. Lossy: only int8_encoder on tiny.en stayed within 0.2 WER "
+                     "points on the dev set (12%% less CPU); int8 cost base 3.3 points streaming (docs/benchmarks.md)")
+
+
+def _add_compute_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--compute-type", choices=COMPUTE_TYPES, default="float32", help=COMPUTE_TYPE_HELP)
+    p.add_argument("--int8-output", action="store_true",
+                   help="int8 weights for the vocabulary projection (faster, near-ties may flip)")
+
+
 def _add_model_args(p: argparse.ArgumentParser, threads_help: str = THREADS_HELP) -> None:
     p.add_argument("--model", default="tiny.en", help=MODEL_HELP)
     p.add_argument("--threads", type=int_range(1), default=1, help=threads_help)
-    p.add_argument("--int8-output", action="store_true",
-                   help="int8 weights for the vocabulary projection (faster, near-ties may flip)")
+    _add_compute_args(p)
 
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
@@ -43,7 +55,8 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
 
     import susurrus
 
-    model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output)
+    model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output,
+                                compute_type=args.compute_type)
     check_model_options(model, args.language, args.task)
     status = 0
     options = transcribe_options(  # the REST API runs the same options (transports/offline.py)
@@ -105,7 +118,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from susurrus.streaming.session import stream_config
 
     torch.set_num_threads(args.threads or 1)
-    model = susurrus.load_model(args.model, int8_output=args.int8_output)
+    model = susurrus.load_model(args.model, int8_output=args.int8_output, compute_type=args.compute_type)
     default_language = "en" if not model.is_multilingual else args.language
     for item in items:  # unlabelled audio: the language asked for (or English for English-only models)
         item.language = item.language or default_language or "en"
@@ -175,7 +188,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # with worker processes the server's own copy only names the model (it is checked to load here,
     # once, before the workers load it again with --threads each, 1 by default)
     model = susurrus.load_model(args.model, threads=args.threads if args.workers == 0 else None,
-                                int8_output=args.int8_output)
+                                int8_output=args.int8_output, compute_type=args.compute_type)
     limits = Limits(max_message_bytes=args.max_message_kb * 1024, max_buffered_s=args.max_buffered_s,
                     max_sessions=args.max_sessions, max_outbound_bytes=args.max_outbound_kb * 1024,
                     idle_s=args.idle_timeout_s, max_session_s=args.max_session_s)
@@ -321,8 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="manifest.jsonl, a folder holding one, or audio files / folders of them (unlabelled)")
     b.add_argument("--model", default="tiny.en", help=MODEL_HELP)
     b.add_argument("--threads", type=int, default=1, help="CPU threads (default: %(default)s)")
-    b.add_argument("--int8-output", action="store_true",
-                   help="int8 weights for the vocabulary projection (faster, near-ties may flip)")
+    _add_compute_args(b)
     _add_stream_args(b)
     b.add_argument("--language", default=None,
                    help="only items of this language (default: all; English-only models take English items)")

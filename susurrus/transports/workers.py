@@ -50,17 +50,19 @@ class WorkerDied(RuntimeError):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What a worker loads: ``load_model(source, int8_output=...)`` with ``threads`` torch threads."""
+    """What a worker loads: ``load_model(source, int8_output=..., compute_type=...)`` with
+    ``threads`` torch threads."""
 
     source: str
     threads: int = 1
     int8_output: bool = False
+    compute_type: str = "float32"
 
 
 def model_spec(model: Any, threads: int | None = None) -> ModelSpec:
     """The spec that reloads a loaded :class:`~susurrus.api.WhisperModel` in another process."""
     return ModelSpec(str(getattr(model, "source", model.name)), threads or 1,
-                     bool(getattr(model, "int8_output", False)))
+                     bool(getattr(model, "int8_output", False)), str(getattr(model, "compute_type", "float32")))
 
 
 # ---------------------------------------------------------------------------- compute accounting
@@ -105,7 +107,7 @@ def _worker_main(conn: Connection, spec: ModelSpec) -> None:
 
     torch.set_num_threads(spec.threads)
     try:
-        model = load_model(spec.source, int8_output=spec.int8_output)
+        model = load_model(spec.source, int8_output=spec.int8_output, compute_type=spec.compute_type)
         model.stream()  # the shared end-of-audio context, once
     except BaseException as err:  # noqa: BLE001 - reported to the server, which refuses to start
         conn.send((READY, False, _portable(err), 0.0, 0))
