@@ -11,17 +11,17 @@ from __future__ import annotations
 import io
 import json
 import socket
+import subprocess
+import sys
 import urllib.request
 import uuid
 
 import pytest
+from server_helpers import Conn, pcm16_at, server_samples, stream_text, update_event
 
-serve = pytest.importorskip("ray.serve", reason="Ray Serve is not installed (the optional extra "
-                                                "`pip install 'susurrus[ray]'`; CI does not install it)")
+from susurrus.audio.io import decode_audio
 
-from server_helpers import Conn, pcm16_at, server_samples, stream_text, update_event  # noqa: E402
-
-from susurrus.audio.io import decode_audio  # noqa: E402
+NO_RAY = ("Ray Serve is not installed (the optional extra `pip install 'susurrus[ray]'`; CI does not install it)")
 
 CLIP = "ljspeech_LJ001-0004"  # 5.1 s
 COMPLETED = "conversation.item.input_audio_transcription.completed"
@@ -36,6 +36,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def ray_app():
     """A local Ray (1 CPU, no dashboard), Serve's proxy on a free port, one replica."""
+    serve = pytest.importorskip("ray.serve", reason=NO_RAY)
     import ray
 
     from susurrus.transports.ray_serve import APP_NAME, ReplicaOptions, ScaleOptions, build_app
@@ -50,6 +51,15 @@ def ray_app():
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def test_serve_ray_without_ray_says_how_to_install_it():
+    """Without the extra (simulated: ``ray`` unimportable) the command fails in one line."""
+    code = ("import sys; sys.modules['ray'] = None; from susurrus.transports.cli import main; "
+            "sys.exit(main(['serve-ray']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "pip install 'susurrus[ray]'" in out.stderr
 
 
 def test_a_recording_streamed_through_ray_serve_comes_back_as_susurrus_stream_gives_it(ray_app, tiny, dev_item):
