@@ -79,7 +79,9 @@ def test_a_recording_streamed_through_ray_serve_comes_back_as_susurrus_stream_gi
     health = urllib.request.urlopen(f"{ray_app}/healthz", timeout=10)
     body = json.loads(health.read())
     assert health.status == 200 and body["status"] == "ok" and body["model"] == "tiny.en"
-    assert body["max_sessions"] == 6  # the replica's capacity, not Serve's default
+    from susurrus.transports.ray_serve import DEFAULT_SESSIONS_PER_REPLICA
+
+    assert body["max_sessions"] == DEFAULT_SESSIONS_PER_REPLICA  # the replica's capacity, not Serve's default
     assert health.headers["x-susurrus-replica"] == replica  # one replica
 
     # the REST API through the proxy: the same model, the offline transcription

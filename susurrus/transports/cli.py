@@ -467,8 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(r, "torch threads in each replica (default: %(default)s)")
     r.add_argument("--sessions-per-replica", type=int_range(1), default=None,
                    help="real-time sessions one replica carries (its --max-sessions and Serve's "
-                        "max_ongoing_requests); default 6, measured for tiny.en on one core "
-                        "(benchmarks/ray_cluster.py prints the cost per audio second of a replica)")
+                        "max_ongoing_requests); default 3, measured for tiny.en on one busy core "
+                        "(benchmarks/ray_cluster.py prints a replica's CPU per audio second and the capacity it gives)")
     r.add_argument("--target-sessions", type=float_range(0.0, low_open=True), default=None,
                    help="autoscaling: open sessions per replica to aim for (default: 70%% of "
                         "--sessions-per-replica)")

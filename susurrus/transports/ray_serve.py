@@ -9,10 +9,13 @@ and ``/metrics`` to the replicas. What Serve adds, and how it is set:
 - **Routing and autoscaling on open sessions.** A WebSocket session is one Serve request for its
   whole life, so Serve's "ongoing requests" of a replica are its open sessions (plus the short
   REST calls). ``max_ongoing_requests`` is the replica's measured session capacity
-  (``sessions_per_replica``, :data:`DEFAULT_SESSIONS_PER_REPLICA`, not Serve's default of 5) plus
-  a little room for ``/healthz`` and ``/metrics``; the app's own ``max_sessions`` is the capacity,
-  so a replica never takes more sessions than it can transcribe in real time. Autoscaling targets
-  ``target_sessions`` open sessions per replica (70 % of capacity by default).
+  (``sessions_per_replica``, :data:`DEFAULT_SESSIONS_PER_REPLICA`, not Serve's default of 5), and
+  so is the app's own ``max_sessions``: a replica never takes more sessions than it can
+  transcribe in real time (one more than Serve allows was refused by the app, 1013, in the first
+  cluster run). Each session goes to the replica with the fewest open requests
+  (:class:`SessionRouter`): Serve's default router prefers replicas on the proxy's own node until
+  they are full, which put all 8 sessions of the benchmark on one replica while the other idled.
+  Autoscaling targets ``target_sessions`` open sessions per replica (70 % of capacity by default).
 - **Health checks.** :meth:`SusurrusReplica.check_health` runs the engine: a short stream of a
   tone through the encoder and decoder on a thread of its own (not the sessions' pool, so a busy
   replica is not mistaken for a dead one), within :data:`HEALTH_PROBE_S`.
@@ -39,6 +42,7 @@ import contextlib
 import logging
 import math
 import os
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +51,8 @@ from typing import Any
 
 try:
     from ray import serve
+    from ray.serve.config import RequestRouterConfig
+    from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, RunningReplica
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError("susurrus serve-ray needs Ray Serve: pip install 'susurrus[ray]'") from err
 
@@ -60,12 +66,12 @@ log = logging.getLogger("ray.serve")
 DEPLOYMENT_NAME = "susurrus"
 APP_NAME = "susurrus"
 REPLICA_HEADER = "x-susurrus-replica"
-# Real-time sessions one replica (one process, 1 torch thread, tiny.en) carries: the engine costs
-# ~0.12 core-s per audio-s and the streaming steps hold the GIL, so a replica has about one core:
-# 8 sessions saturate it, 6 keep their latency (benchmarks/ray_cluster.py measures the cost per
-# replica; docs/benchmarks.md). Set --sessions-per-replica for other models and machines.
-DEFAULT_SESSIONS_PER_REPLICA = 6
-HTTP_ROOM = 2  # ongoing requests beyond the sessions: /healthz, /metrics and such
+# Real-time sessions one replica (one process, 1 torch thread, tiny.en) carries. Its streaming
+# steps hold the GIL, so a replica has one core at most; benchmarks/ray_cluster.py measured each
+# replica's CPU at 0.21-0.23 core-s per audio-s (plain serve 0.19) on the shared 2-core development
+# machine: ``capacity`` (75 % of a core busy) gives 3. docs/benchmarks.md measured 0.12 at a quieter
+# time (6). Set --sessions-per-replica from that benchmark for other models and machines.
+DEFAULT_SESSIONS_PER_REPLICA = 3
 HEALTH_PROBE_S = 20.0  # the engine probe must answer within this
 STOPPING_POLL_S = 1.0  # how often a replica with open sessions asks the controller whether it is being removed
 SHUTDOWN_MARGIN_S = 10.0  # graceful_shutdown_timeout_s beyond grace + drain: the poll, the close handshakes
@@ -113,6 +119,21 @@ class _ReplicaHeader:
             await send(message)
 
         await self.app(scope, receive, tagged if scope["type"] in ("http", "websocket") else send)
+
+
+class SessionRouter(FIFOMixin, RequestRouter):
+    """Serve's request router for sessions: the replica with the fewest open requests, on any
+    node (join the shortest queue; two random replicas, as Serve's default, beyond
+    :attr:`ALL_UP_TO` replicas). Serve's default router tries the replicas on the proxy's node
+    first, which packs long sessions onto them while replicas on other nodes idle."""
+
+    ALL_UP_TO = 16
+
+    async def choose_replicas(self, candidate_replicas: list[RunningReplica],
+                              pending_request: PendingRequest | None = None) -> list[list[RunningReplica]]:
+        if len(candidate_replicas) > self.ALL_UP_TO:
+            return [random.sample(candidate_replicas, 2)]
+        return [list(candidate_replicas)]
 
 
 def _probe_audio() -> np.ndarray:
@@ -257,7 +278,8 @@ def deployment_options(replica: ReplicaOptions, scale: ScaleOptions) -> dict[str
         raise ValueError("sessions_per_replica must be at least 1")
     options: dict[str, Any] = {
         "name": DEPLOYMENT_NAME,
-        "max_ongoing_requests": scale.sessions_per_replica + HTTP_ROOM,
+        "max_ongoing_requests": scale.sessions_per_replica,
+        "request_router_config": RequestRouterConfig(request_router_class=SessionRouter),
         # a session queued behind full replicas would wait for another session to end (minutes,
         # hours): only a few wait (while a replica starts), the rest are refused
         "max_queued_requests": scale.sessions_per_replica,
