@@ -101,6 +101,7 @@ class ScaleOptions:
     min_replicas: int = 1
     max_replicas: int = 1
     num_replicas: int | None = None  # fixed count (no autoscaling) when given
+    initial_replicas: int | None = None  # autoscaling: replicas at deployment (None: min_replicas)
     num_cpus: float = 1.0  # Ray CPUs per replica
     upscale_delay_s: float = 10.0
     downscale_delay_s: float = 120.0
@@ -299,6 +300,8 @@ def deployment_options(replica: ReplicaOptions, scale: ScaleOptions) -> dict[str
             "target_ongoing_requests": target, "upscale_delay_s": scale.upscale_delay_s,
             "downscale_delay_s": scale.downscale_delay_s,
         }
+        if scale.initial_replicas is not None:
+            options["autoscaling_config"]["initial_replicas"] = scale.initial_replicas
     return options
 
 
