@@ -10,14 +10,17 @@ one per node) behind one Serve HTTP proxy on the head, and measures with real-ti
 1. plain ``susurrus serve --workers 2`` (same machine, same clients): per-word latency, CPU,
    memory, and the engine's cost per audio second (from ``/metrics``), which sets a replica's
    capacity (``ray_serve.capacity``);
-2. spread: N sessions on the 2 replicas: sessions and per-word latency per replica, CPU and
+3. spread: N sessions on the 2 replicas: sessions and per-word latency per replica, CPU and
    memory of the whole Ray cluster;
-3. kill: N sessions, then one replica's process is killed (SIGKILL) mid-stream: what its
+4. kill: N sessions, then one replica's process is killed (SIGKILL) mid-stream: what its
    sessions got (error event, close code, time to learn it; none may hang), whether the others
    completed, where new sessions opened right after go, how long until Serve has 2 replicas again;
-4. scale-down: N live sessions (half ~10 s recordings, half 40 s of a long recording), then the
-   deployment goes to 1 replica: the removed replica's short sessions finish within the grace,
-   its long ones are drained when the grace ends (open item committed and completed, close 1012).
+2. scale-down (first, on the application's first deployment): Serve's autoscaler removes one of
+   2 replicas while N sessions (25 s and 45 s pieces of a long recording) are live: the removed
+   replica's sessions that end within its grace finish as usual, the longer ones are drained when
+   the grace ends (open item committed and completed, close 1012);
+5. flow control: one session sends a recording as fast as the connection takes it, plain and
+   through Serve's proxy.
 
     python benchmarks/ray_cluster.py                     # 8 sessions; grace 15 s, drain 20 s
     python benchmarks/ray_cluster.py --sessions 4 --skip-plain
@@ -51,7 +54,7 @@ from susurrus.transports.client import append_event, session_update, to_pcm16  #
 SHORT = ["ljspeech_LJ001-0001", "librispeech_test-clean_1089-134686-0000", "jfk_inaugural",
          "ljspeech_LJ001-0003", "ljspeech_LJ001-0014", "ljspeech_LJ001-0015", "ljspeech_LJ001-0027",
          "ljspeech_LJ001-0010"]
-LONG = "dev_ljspeech_LJ001-0001_to_0032"  # 234 s; sessions take 40 s pieces of it
+LONG = "dev_ljspeech_LJ001-0001_to_0032"  # 234 s; sessions take 25 s and 45 s pieces of it
 RATE = 24000
 BLOCK = RATE // 10
 COMPLETED = "conversation.item.input_audio_transcription.completed"
@@ -84,7 +87,11 @@ class Session:
     ended_at: float = 0.0  # wall time the session ended (completed and closed, or failed)
     audio_sent_s: float = 0.0
     latencies: list[float] = field(default_factory=list)
+    last_word_end: float = 0.0  # audio time of the last committed word
     hung: bool = False
+    paced: bool = True  # False: send as fast as the connection takes it
+    started_at: float = 0.0
+    all_sent_at: float = 0.0  # when the last append went out
 
     @property
     def outcome(self) -> str:
@@ -117,6 +124,7 @@ async def run_session(url: str, s: Session, timeout_s: float) -> None:
                         ev = json.loads(message)
                         if ev["type"] == "susurrus.words":
                             for w in ev["words"]:
+                                s.last_word_end = max(s.last_word_end, w["end"])
                                 at = next((t for end, t in sent if end >= w["end"] - 1e-6), None)
                                 if at is not None:
                                     s.latencies.append(now - at)
@@ -127,11 +135,11 @@ async def run_session(url: str, s: Session, timeout_s: float) -> None:
                             s.errors.append(ev["error"]["code"])
 
                 receiver = asyncio.create_task(receive())
-                t0 = time.perf_counter()
+                t0 = s.started_at = time.perf_counter()
                 try:
                     for i in range(0, len(s.pcm), BLOCK):
                         ahead = t0 + i / RATE - time.perf_counter()
-                        if ahead > 0:
+                        if ahead > 0 and s.paced:
                             await asyncio.sleep(ahead)
                         if receiver.done():
                             break
@@ -141,6 +149,7 @@ async def run_session(url: str, s: Session, timeout_s: float) -> None:
                         s.audio_sent_s = (i + len(block)) / RATE
                     if not receiver.done():
                         await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+                        s.all_sent_at = time.perf_counter()
                 except ConnectionClosed:
                     pass
                 try:
@@ -224,7 +233,7 @@ def metric(url: str, name: str) -> float:
 # ---------------------------------------------------------------------------- phases
 
 
-def load_audio(n: int) -> tuple[list[tuple[str, np.ndarray]], list[tuple[str, np.ndarray]]]:
+def load_audio(n: int) -> tuple[list[tuple[str, np.ndarray]], list[tuple[str, np.ndarray]], tuple[str, np.ndarray]]:
     dev = {i.id: i for i in read_manifest(SHARED_DATA / "dev" / "manifest.jsonl")}
     longform = {i.id: i for i in read_manifest(SHARED_DATA / "longform" / "manifest.jsonl")}
 
@@ -233,8 +242,11 @@ def load_audio(n: int) -> tuple[list[tuple[str, np.ndarray]], list[tuple[str, np
 
     shorts = [(name, pcm(decode_audio(dev[name].audio))) for name in (SHORT * 2)[:n]]
     whole = decode_audio(longform[LONG].audio)
-    longs = [(f"long@{40 * k}s", pcm(whole[16000 * 40 * k:16000 * 40 * (k + 1)])) for k in range(n)]
-    return shorts, longs
+    longs = []
+    for k in range(n):  # 25 s and 45 s pieces of it, in turn
+        start, length = 35 * k % 200, 25 if k % 2 == 0 else 45
+        longs.append((f"{LONG[:14]}@{start}s", pcm(whole[16000 * start:16000 * (start + length)])))
+    return shorts, longs, ("120 s of " + LONG, pcm(whole[:16000 * 120]))
 
 
 async def run_many(url: str, sessions: list[Session], stagger_s: float = 0.3, timeout_s: float = 180) -> None:
@@ -245,7 +257,7 @@ async def run_many(url: str, sessions: list[Session], stagger_s: float = 0.3, ti
     await asyncio.gather(*tasks)
 
 
-def plain_phase(sessions: list[Session]) -> dict:
+def plain_phase(sessions: list[Session], fast: Session) -> dict:
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "susurrus", "serve", "--port", str(port), "--workers", "2",
                                "--threads", "1", "--log-level", "warning"], stderr=subprocess.DEVNULL)
@@ -258,6 +270,7 @@ def plain_phase(sessions: list[Session]) -> dict:
         out = {"cpu": cpu_s(procs) - cpu0, "wall": wall, "rss": rss_mb(procs),
                "compute": metric(f"http://127.0.0.1:{port}/metrics", "susurrus_compute_seconds_total"),
                "audio": metric(f"http://127.0.0.1:{port}/metrics", "susurrus_audio_seconds_total")}
+        asyncio.run(run_session(f"ws://127.0.0.1:{port}/v1/realtime", fast, 300))
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
@@ -303,7 +316,7 @@ class Cluster:
             time.sleep(1)
         raise RuntimeError("the head node did not start")
 
-    def deploy(self, replicas: int, grace_s: float, drain_s: float, per_replica: int) -> None:
+    def deploy(self, replicas: int, grace_s: float, drain_s: float, per_replica: int, scale=None) -> None:
         from ray import serve
 
         from susurrus.transports.ray_serve import APP_NAME, ReplicaOptions, ScaleOptions, build_app
@@ -311,9 +324,10 @@ class Cluster:
         if not self.serving:
             serve.start(http_options={"host": "127.0.0.1", "port": self.http_port, "location": "HeadOnly"})
             self.serving = True
-        # the same options but the count: Serve changes the number of replicas in place
-        serve.run(build_app(ReplicaOptions(drain_s=drain_s, scale_down_grace_s=grace_s),
-                            ScaleOptions(num_replicas=replicas, sessions_per_replica=per_replica)),
+        # each serve.run from Python is a new version (Serve gives it a random one): the replicas are
+        # replaced one by one, each old one draining like a removed replica
+        scale = scale or ScaleOptions(num_replicas=replicas, sessions_per_replica=per_replica)
+        serve.run(build_app(ReplicaOptions(drain_s=drain_s, scale_down_grace_s=grace_s), scale),
                   name=APP_NAME, route_prefix="/")
 
     def replicas(self) -> list[dict]:
@@ -370,19 +384,22 @@ def main() -> None:
     ap.add_argument("--sessions-per-replica", type=int, default=6,
                     help="replica capacity for this run: 8 sessions, and 2 more on the survivor of the kill, must fit "
                          "on 2 replicas (default: %(default)s)")
+    ap.add_argument("--downscale-delay-s", type=float, default=10.0,
+                    help="the autoscaler's downscale delay in the scale-down phase")
     ap.add_argument("--skip-plain", action="store_true")
     ap.add_argument("--kill-after-s", type=float, default=4.0)
     args = ap.parse_args()
     n = args.sessions
-    shorts, longs = load_audio(n)
+    shorts, longs, flood = load_audio(n)
     report: list[str] = []
 
     # 1. plain susurrus serve
     plain: dict = {}
     plain_sessions = [Session(name, pcm) for name, pcm in shorts]
+    fast_plain, fast_ray = (Session(flood[0], flood[1], paced=False) for _ in range(2))
     if not args.skip_plain:
         print(f"plain susurrus serve --workers 2: {n} sessions ...", file=sys.stderr)
-        plain = plain_phase(plain_sessions)
+        plain = plain_phase(plain_sessions, fast_plain)
 
     cluster = Cluster(f"/tmp/susurrus_ray_{os.getpid()}", free_port())
     try:
@@ -390,16 +407,49 @@ def main() -> None:
         print("starting the 2-node cluster ...", file=sys.stderr)
         cluster.start()
         started = time.perf_counter() - t
+        # 2. scale-down during live sessions, decided by Serve's autoscaler: 2 replicas at the start, a
+        # target of 8 open sessions per replica, so 8 sessions need 1: once the downscale delay has
+        # passed Serve removes one while all 8 are live. First, because Serve honours initial_replicas
+        # only on an application's first deployment (a redeploy is a new version: it replaces replicas)
+        from susurrus.transports.ray_serve import ScaleOptions
+
+        print(f"scale-down: autoscaling 2 -> 1 replica during {n} live sessions ...", file=sys.stderr)
         t = time.perf_counter()
-        cluster.deploy(2, args.grace_s, args.drain_s, args.sessions_per_replica)
+        cluster.deploy(2, args.grace_s, args.drain_s, args.sessions_per_replica, ScaleOptions(
+            sessions_per_replica=args.sessions_per_replica, target_sessions=float(n), min_replicas=1, max_replicas=2,
+            initial_replicas=2, upscale_delay_s=600.0, downscale_delay_s=args.downscale_delay_s))
         cluster.wait_running(2)
         deployed = time.perf_counter() - t
-        reps = cluster.running()
-        names = {r["id"]: f"replica {k + 1} (node {r['node'][:6]}, pid {r['pid']})" for k, r in enumerate(reps)}
         url = f"ws://127.0.0.1:{cluster.http_port}/v1/realtime"
         nodes_tree = [p.pid for p in cluster.nodes]
+        names = {r["id"]: f"replica {k + 1} (node {r['node'][:6]}, pid {r['pid']})"
+                 for k, r in enumerate(cluster.running())}
+        down_sessions = [Session(name, pcm) for name, pcm in longs]
+        opened_at = down_at = 0.0
+        stopping: set[str] = set()
 
-        # 2. spread
+        async def down_phase() -> None:
+            nonlocal opened_at, down_at
+            running = asyncio.create_task(run_many(url, down_sessions, stagger_s=0.2))
+            opened_at = time.perf_counter()
+            while not running.done() and not stopping:
+                for r in await asyncio.to_thread(cluster.replicas):
+                    if r["state"].endswith("STOPPING"):
+                        stopping.add(r["id"])
+                        down_at = time.perf_counter()
+                await asyncio.sleep(0.5)
+            await running
+
+        asyncio.run(down_phase())
+
+        # the other phases on a fixed 2-replica deployment (a new version: Serve replaces the replicas)
+        cluster.deploy(2, args.grace_s, args.drain_s, args.sessions_per_replica)
+        cluster.wait_running(2)
+        reps = cluster.running()
+        for r in reps:
+            names.setdefault(r["id"], f"replica {len(names) + 1} (node {r['node'][:6]}, pid {r['pid']})")
+
+        # 3. spread
         print(f"spread: {n} sessions on 2 replicas ...", file=sys.stderr)
         spread = [Session(name, pcm) for name, pcm in shorts]
         import psutil
@@ -416,7 +466,7 @@ def main() -> None:
         replica_rss = {rid: rss_mb([p]) for rid, p in replica_procs.items()}
         load1 = os.getloadavg()[0]
 
-        # 3. kill one replica mid-stream
+        # 4. kill one replica mid-stream
         print(f"kill: {n} sessions, one replica killed after {args.kill_after_s:g} s ...", file=sys.stderr)
         before = cluster.running()
         kill_sessions = [Session(name, pcm) for name, pcm in shorts]
@@ -443,26 +493,8 @@ def main() -> None:
         for r in reps:
             names.setdefault(r["id"], f"replica {len(names) + 1} (node {r['node'][:6]}, pid {r['pid']}, replacement)")
 
-        # 4. scale-down during live sessions
-        print(f"scale-down: {n} sessions (half 40 s long), then 2 -> 1 replica ...", file=sys.stderr)
-        mixed = [pair for k in range(n) for pair in ([shorts[k // 2]] if k % 2 == 0 else [longs[k // 2]])][:n]
-        down_sessions = [Session(name, pcm) for name, pcm in mixed]
-        down_at = 0.0
-
-        async def down_phase() -> None:
-            nonlocal down_at
-            running = asyncio.create_task(run_many(url, down_sessions, stagger_s=0.2))
-            await asyncio.sleep(n * 0.2 + 2.0)
-            down_at = time.perf_counter()
-            await asyncio.to_thread(cluster.deploy, 1, args.grace_s, args.drain_s, args.sessions_per_replica)
-            await running
-
-        asyncio.run(down_phase())
-        cluster.wait_running(1)
-        deadline = time.monotonic() + 60  # the removed replica's process exits once its sessions are closed
-        while time.monotonic() < deadline and all(psutil.pid_exists(r["pid"]) for r in reps):
-            time.sleep(0.5)
-        removed = {r["id"] for r in reps if not psutil.pid_exists(r["pid"])}
+        print("flow control: one session sends a recording at once ...", file=sys.stderr)
+        asyncio.run(run_session(url, fast_ray, 300))
     finally:
         cluster.stop()
 
@@ -513,19 +545,31 @@ def main() -> None:
                   f"{sum(s.completed for s in after_sessions)}/{len(after_sessions)} completed, on "
                   f"{sorted({names.get(s.replica, s.replica) for s in after_sessions})}")
 
-    report.append(f"\nscale-down 2 -> 1 replica {n * 0.2 + 2:.1f} s into {n} live sessions (grace {args.grace_s:g} s, "
-                  f"drain {args.drain_s:g} s); removed: {sorted(names.get(r, r) for r in removed)}\n")
-    report.append("| session | audio s | replica | removed replica | outcome | audio sent s "
+    live = sum(1 for s in down_sessions if s.ended_at > down_at) if down_at else 0
+    report.append(f"\nscale-down: Serve's autoscaler (target {n} sessions per replica, downscale delay "
+                  f"{args.downscale_delay_s:g} s) began removing {sorted(names.get(r, r) for r in stopping)} "
+                  f"{down_at - opened_at:.1f} s after the sessions opened, with {live} of them live; replica grace "
+                  f"{args.grace_s:g} s, drain {args.drain_s:g} s\n")
+    report.append("| session | audio s | replica | removed replica | outcome | audio sent s | last word ends at s "
                   "| ended s after scale-down |")
-    report.append("|---|---|---|---|---|---|---|")
+    report.append("|---|---|---|---|---|---|---|---|")
     for s in down_sessions:
         report.append(f"| {s.name} | {len(s.pcm) / RATE:.1f} | {names.get(s.replica, s.replica)} | "
-                      f"{'yes' if s.replica in removed else 'no'} | {s.outcome} | {s.audio_sent_s:.1f} | "
-                      f"{s.ended_at - down_at:.1f} |")
-    on_removed = [s for s in down_sessions if s.replica in removed]
+                      f"{'yes' if s.replica in stopping else 'no'} | {s.outcome} | {s.audio_sent_s:.1f} | "
+                      f"{s.last_word_end:.1f} | {s.ended_at - down_at:.1f} |")
+    on_removed = [s for s in down_sessions if s.replica in stopping]
     report.append(f"\ncompleted during scale-down: {sum(s.completed for s in down_sessions)}/{len(down_sessions)} "
                   f"({sum(s.completed for s in on_removed)}/{len(on_removed)} on the removed replica, of which "
                   f"{sum(s.close_code == 1012 for s in on_removed)} drained: completed, then close 1012)")
+    report.append(f"\nflow control: one session sends {len(fast_ray.pcm) / RATE:.0f} s of audio as fast as the "
+                  "connection takes it "
+                  "(--max-buffered-s 20 on both servers)\n")
+    report.append("| server | all audio sent after s | completed after s | outcome |")
+    report.append("|---|---|---|---|")
+    for label, s in (("plain serve", fast_plain), ("ray serve (1 replica)", fast_ray)):
+        if s.started_at:
+            report.append(f"| {label} | {s.all_sent_at - s.started_at:.1f} | {s.ended_at - s.started_at:.1f} | "
+                          f"{s.outcome} |")
     print("\n".join(report))
 
 
