@@ -1,4 +1,4 @@
-"""Command line: ``susurrus transcribe``, ``stream``, ``bench``, ``serve`` and ``client``.
+"""Command line: ``susurrus transcribe``, ``stream``, ``bench``, ``serve``, ``serve-ray`` and ``client``.
 
 Heavy modules (PyTorch, the model, the server) are imported inside the commands, so ``--help``
 and argument errors come at once; arguments are checked before any work (``cli_args``).
@@ -40,6 +40,39 @@ def _add_model_args(p: argparse.ArgumentParser, threads_help: str = THREADS_HELP
     p.add_argument("--model", default="tiny.en", help=MODEL_HELP)
     p.add_argument("--threads", type=int_range(1), default=1, help=threads_help)
     _add_compute_args(p)
+
+
+def _add_limit_args(p: argparse.ArgumentParser) -> None:
+    """The server limits ``serve`` and ``serve-ray`` share (``susurrus serve --help``)."""
+    p.add_argument("--api-key", default=None,
+                   help="refuse connections without 'Authorization: Bearer KEY' or the WebSocket subprotocol "
+                        "'openai-insecure-api-key.KEY' (browsers)")
+    p.add_argument("--max-upload-mb", type=float_range(0.0, low_open=True), default=25.0,
+                   help="largest REST upload in MiB (default: %(default)s, OpenAI's)")
+    p.add_argument("--max-upload-s", type=float_range(0.0, low_open=True), default=600.0,
+                   help="longest REST upload in seconds of audio (default: %(default)s)")
+    p.add_argument("--max-message-kb", type=int_range(1), default=1024,
+                   help="largest client message in KiB (default: %(default)s)")
+    p.add_argument("--max-buffered-s", type=float_range(0.0, low_open=True), default=20.0,
+                   help="audio per session accepted but not yet transcribed, in seconds; at this much the "
+                        "server stops reading the connection until the model catches up, so TCP slows a fast "
+                        "sender down (flow control: no audio is refused) (default: %(default)s)")
+    p.add_argument("--max-outbound-kb", type=int_range(0), default=1024,
+                   help="server events queued for a client that does not read them, in KiB, beyond what its "
+                        "socket holds; past it the session is closed (close code 1008, error client_too_slow) and "
+                        "its memory freed; 0: no limit (default: %(default)s)")
+    p.add_argument("--idle-timeout-s", type=float_range(0.0), default=300.0,
+                   help="close a session after this many seconds without a client message while the model has "
+                        "nothing of it to do (close code 1000, error idle_timeout); live clients send audio every "
+                        "20-100 ms, even in silence; 0: never (default: %(default)s)")
+    p.add_argument("--max-session-s", type=float_range(0.0), default=0.0,
+                   help="end sessions this old: the open item is committed and transcribed, then close code 1000 "
+                        "(error session_expired); 0: no limit (default: %(default)s)")
+    p.add_argument("--allowed-origins", type=origins_arg, default=None, metavar="ORIGINS",
+                   help="comma-separated web origins (https://app.example.com) whose pages may open WebSocket "
+                        "sessions, besides the server's own (the demo), or '*' for any; clients without an Origin "
+                        "header (not browsers: SDKs, susurrus client) are always allowed; others are refused with "
+                        "HTTP 403 (default: same origin only)")
 
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
@@ -205,6 +238,39 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve_ray(args: argparse.Namespace) -> int:
+    try:
+        from susurrus.transports import ray_serve
+    except ImportError as err:
+        print(f"susurrus serve-ray: {err}", file=sys.stderr)
+        return 2
+    from susurrus.transports.realtime_settings import Limits
+    from susurrus.transports.rest import UploadLimits
+
+    per_replica = args.sessions_per_replica or ray_serve.DEFAULT_SESSIONS_PER_REPLICA
+    if args.replicas is None and args.max_replicas < args.min_replicas:
+        print("susurrus serve-ray: --max-replicas is below --min-replicas", file=sys.stderr)
+        return 2
+    replica = ray_serve.ReplicaOptions(
+        model=args.model, threads=args.threads, int8_output=args.int8_output,
+        limits=Limits(max_message_bytes=args.max_message_kb * 1024, max_buffered_s=args.max_buffered_s,
+                      max_sessions=per_replica, max_outbound_bytes=args.max_outbound_kb * 1024,
+                      idle_s=args.idle_timeout_s, max_session_s=args.max_session_s),
+        uploads=UploadLimits(max_bytes=round(args.max_upload_mb * 1024 * 1024), max_seconds=args.max_upload_s),
+        api_key=args.api_key, allowed_origins=args.allowed_origins, drain_s=args.drain_s,
+        scale_down_grace_s=args.scale_down_grace_s)
+    scale = ray_serve.ScaleOptions(sessions_per_replica=per_replica, target_sessions=args.target_sessions,
+                                   min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+                                   num_replicas=args.replicas, num_cpus=args.cpus_per_replica)
+    shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0", "::") else args.host
+    print(f"susurrus: deploying on Ray Serve; OpenAI Realtime transcription at ws://{shown}:{args.port}/v1/realtime , "
+          f"REST at http://{shown}:{args.port}/v1/audio/ , demo at http://{shown}:{args.port}/ (Ctrl+C: remove it, "
+          "each replica draining its sessions)", file=sys.stderr)
+    ray_serve.run(replica, scale, address=args.address, host=args.host, port=args.port,
+                  proxy_location=args.proxy_location)
+    return 0
+
+
 def _cmd_client(args: argparse.Namespace) -> int:
     from susurrus.transports.client import main_client
 
@@ -365,9 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--port", type=int_range(0, 65535), default=8000, help="port (default: %(default)s)")
     _add_model_args(v, "torch threads in each worker process (with --workers 0: in the server process, shared by "
                        "its streams) (default: %(default)s)")
-    v.add_argument("--api-key", default=None,
-                   help="refuse connections without 'Authorization: Bearer KEY' or the WebSocket subprotocol "
-                        "'openai-insecure-api-key.KEY' (browsers)")
+    _add_limit_args(v)
     v.add_argument("--workers", type=int_range(0, 256), default=None,
                    help="worker processes that run the streams, each loading the model (with --threads torch "
                         "threads) and each stream pinned to the least-loaded one; 0: run them in the "
@@ -376,37 +440,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--max-sessions", type=int_range(1), default=16,
                    help="concurrent WebSocket sessions and REST transcriptions together; more are refused "
                         "(default: %(default)s)")
-    v.add_argument("--max-upload-mb", type=float_range(0.0, low_open=True), default=25.0,
-                   help="largest REST upload in MiB (default: %(default)s, OpenAI's)")
-    v.add_argument("--max-upload-s", type=float_range(0.0, low_open=True), default=600.0,
-                   help="longest REST upload in seconds of audio (default: %(default)s)")
-    v.add_argument("--max-message-kb", type=int_range(1), default=1024,
-                   help="largest client message in KiB (default: %(default)s)")
-    v.add_argument("--max-buffered-s", type=float_range(0.0, low_open=True), default=20.0,
-                   help="audio per session accepted but not yet transcribed, in seconds; at this much the "
-                        "server stops reading the connection until the model catches up, so TCP slows a fast "
-                        "sender down (flow control: no audio is refused) (default: %(default)s)")
-    v.add_argument("--max-outbound-kb", type=int_range(0), default=1024,
-                   help="server events queued for a client that does not read them, in KiB, beyond what its "
-                        "socket holds; past it the session is closed (close code 1008, error client_too_slow) and "
-                        "its memory freed; 0: no limit (default: %(default)s)")
-    v.add_argument("--idle-timeout-s", type=float_range(0.0), default=300.0,
-                   help="close a session after this many seconds without a client message while the model has "
-                        "nothing of it to do (close code 1000, error idle_timeout); live clients send audio every "
-                        "20-100 ms, even in silence; 0: never (default: %(default)s)")
-    v.add_argument("--max-session-s", type=float_range(0.0), default=0.0,
-                   help="end sessions this old: the open item is committed and transcribed, then close code 1000 "
-                        "(error session_expired); 0: no limit (default: %(default)s)")
     v.add_argument("--drain-s", type=float_range(0.0), default=30.0,
                    help="on SIGTERM or Ctrl+C: refuse new sessions and uploads (close code 1012 / HTTP 503, "
                         "/healthz 503), commit each session's open item and let open work finish for at most this "
                         "many seconds, then close what is left (close code 1012 after an error saying what was not "
                         "transcribed); a second Ctrl+C cuts it short (default: %(default)s)")
-    v.add_argument("--allowed-origins", type=origins_arg, default=None, metavar="ORIGINS",
-                   help="comma-separated web origins (https://app.example.com) whose pages may open WebSocket "
-                        "sessions, besides the server's own (the demo), or '*' for any; clients without an Origin "
-                        "header (not browsers: SDKs, susurrus client) are always allowed; others are refused with "
-                        "HTTP 403 (default: same origin only)")
     v.add_argument("--ssl-keyfile", default=None, metavar="FILE",
                    help="TLS private key (PEM): serve https:// and wss:// (with --ssl-certfile)")
     v.add_argument("--ssl-certfile", default=None, metavar="FILE",
@@ -415,6 +453,54 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how much the server logs (uvicorn's levels; info: one line per connection) "
                         "(default: %(default)s)")
     v.set_defaults(func=_cmd_serve)
+
+    r = sub.add_parser("serve-ray", help="the server scaled out on a Ray cluster (Ray Serve; needs susurrus[ray])",
+                       description="Serve the same endpoints as 'susurrus serve' (WebSocket /v1/realtime, the REST "
+                                   "API, /healthz, /metrics, the demo) from replicas on a Ray cluster, through Ray "
+                                   "Serve's HTTP proxy: each replica is one process that loads the model once and "
+                                   "runs the streams of --sessions-per-replica sessions at most. Serve routes each "
+                                   "session to a replica, autoscales on open sessions (--min-replicas, "
+                                   "--max-replicas, --target-sessions) and health-checks the engine; a replica "
+                                   "being removed takes no new sessions, lets its open ones run for "
+                                   "--scale-down-grace-s, then commits and finishes each one's open item and closes "
+                                   "it (close code 1012, server_shutting_down) within --drain-s. On one machine it "
+                                   "starts a local Ray; on a cluster ('ray start --head' on one node, 'ray start "
+                                   "--address=HEAD:6379' on the others) run it with --address auto on a node of it. "
+                                   "Needs pip install 'susurrus[ray]'.")
+    r.add_argument("--address", default=None,
+                   help="the Ray cluster to join: 'auto' (the one 'ray start' started on this machine) or "
+                        "HEAD_IP:6379; default: start a local Ray with this machine's CPUs")
+    r.add_argument("--host", default="127.0.0.1",
+                   help="address Serve's HTTP proxy listens on (default: %(default)s; 0.0.0.0 for other machines)")
+    r.add_argument("--port", type=int_range(1, 65535), default=8000, help="the proxy's port (default: %(default)s)")
+    r.add_argument("--proxy-location", choices=["HeadOnly", "EveryNode"], default="HeadOnly",
+                   help="where Serve runs HTTP proxies: on the head node only, or on every node (then every node "
+                        "answers on --port; put a load balancer in front) (default: %(default)s)")
+    _add_model_args(r, "torch threads in each replica (default: %(default)s)")
+    r.add_argument("--sessions-per-replica", type=int_range(1), default=None,
+                   help="real-time sessions one replica carries (its --max-sessions and Serve's "
+                        "max_ongoing_requests); default 3, measured for tiny.en on one busy core "
+                        "(benchmarks/ray_cluster.py prints a replica's CPU per audio second and the capacity it gives)")
+    r.add_argument("--target-sessions", type=float_range(0.0, low_open=True), default=None,
+                   help="autoscaling: open sessions per replica to aim for (default: 70%% of "
+                        "--sessions-per-replica)")
+    r.add_argument("--min-replicas", type=int_range(0), default=1, help="autoscaling floor (default: %(default)s)")
+    r.add_argument("--max-replicas", type=int_range(1), default=4, help="autoscaling ceiling (default: %(default)s)")
+    r.add_argument("--replicas", type=int_range(1), default=None,
+                   help="a fixed number of replicas instead of autoscaling")
+    r.add_argument("--cpus-per-replica", type=float_range(0.0, low_open=True), default=1.0,
+                   help="Ray CPUs each replica reserves (default: %(default)s: a replica's streams use about one "
+                        "core, the GIL)")
+    _add_limit_args(r)
+    r.add_argument("--drain-s", type=float_range(0.0), default=30.0,
+                   help="a replica being removed (scale-down, Ctrl+C): after --scale-down-grace-s, each session's "
+                        "open item is committed and transcribed within this many seconds, then the session is "
+                        "closed (close code 1012) (default: %(default)s)")
+    r.add_argument("--scale-down-grace-s", type=float_range(0.0), default=60.0,
+                   help="a replica being removed lets its open sessions run on normally this long before its drain; "
+                        "Serve kills a replica --scale-down-grace-s + --drain-s + 10 s after it began to remove it "
+                        "(default: %(default)s)")
+    r.set_defaults(func=_cmd_serve_ray)
 
     c = sub.add_parser("client", help="stream a file or the microphone to a realtime server",
                        description="Connect to a susurrus (or any OpenAI Realtime transcription) server, stream "
