@@ -3,7 +3,10 @@
 Streams every non-English dev item through the multilingual ``base`` model without telling it
 the language (it detects one per window from the first 3 s), and prints per item the language
 detected, WER (CER for Chinese and Japanese) of the committed text beside the same model
-offline (greedy, language detected as offline), then each stream again with ``task=translate``.
+offline (greedy, language detected as offline), then each stream again with ``task=translate``
+and the WER of the streamed translation against the same model's offline translation, greedy
+(what the stream decodes) and as ``susurrus transcribe --task translate`` runs it (greedy with
+the temperature fallback, which samples when greedy is unsure: a draw, not a fixed text).
 
     python benchmarks/multilingual.py [--model base] [--lookahead-ms 1000]
 """
@@ -36,7 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--manifest", default=str(SHARED_DATA / "dev"))
     ap.add_argument("--model", default="base")
-    ap.add_argument("--lookahead-ms", type=int, default=1000)
+    ap.add_argument("--lookahead-ms", type=int, default=None, help="override the preset's look-ahead")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = susurrus.load_model(args.model)
@@ -47,6 +50,7 @@ def main() -> None:
     for item in items:
         audio = decode_audio(item.audio)
         text, languages = stream_text(model, audio, lookahead_ms=args.lookahead_ms)
+
         segments, info = model.transcribe(audio, beam_size=1, temperature=0.0)
         offline = " ".join(s.text.strip() for s in segments)
         unit = "char" if item.language in UNSPACED else "word"
@@ -55,10 +59,17 @@ def main() -> None:
         print(f"| {item.id} | {item.language} | {', '.join(languages)} | {info.language} | "
               f"{'CER' if unit == 'char' else 'WER'} | {ours:.1f} | {theirs:.1f} |", flush=True)
         translated, _ = stream_text(model, audio, lookahead_ms=args.lookahead_ms, task="translate")
-        translations.append((item, text, translated))
-    print("\n| item | streamed transcript | streamed translation (task=translate) |\n|---|---|---|")
-    for item, text, translated in translations:
-        print(f"| {item.id} | {text} | {translated} |")
+        greedy = " ".join(s.text.strip() for s in model.transcribe(audio, beam_size=1, temperature=0.0,
+                                                                   task="translate")[0])
+        default = " ".join(s.text.strip() for s in model.transcribe(audio, beam_size=1, task="translate")[0])
+        translations.append((item, text, translated, greedy, default))
+    print("\n| item | streamed transcript | streamed translation | offline translation, greedy | "
+          "WER vs greedy % | offline translation, with fallback | WER vs fallback % |")
+    print("|---|---|---|---|---|---|---|")
+    for item, text, translated, greedy, default in translations:
+        to_greedy = corpus_error_rate([(greedy, translated)], "en", "word")
+        to_default = corpus_error_rate([(default, translated)], "en", "word")
+        print(f"| {item.id} | {text} | {translated} | {greedy} | {to_greedy:.1f} | {default} | {to_default:.1f} |")
 
 
 if __name__ == "__main__":
