@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from protocol_fuzz import (
+    Step,
     form_cases,
     protocol_cases,
     run_form,
@@ -125,3 +126,23 @@ def test_after_the_fuzz_a_normal_session_transcribes_a_real_recording(server, ti
     assert done["transcript"] == stream_text(tiny, server_samples(pcm, 24000))
     assert words(done["transcript"]) == words(item.text)
     assert metrics(server.http_url)["susurrus_sessions_open"] in (0, 1)  # this one may still be closing
+
+
+# ---------------------------------------------------------------------------- what the fuzzer found
+
+
+@pytest.mark.parametrize("text", [
+    '{"type": "input_audio_buffer.commit", "x": ' + "9" * 4301 + "}",  # Python's int digit limit: ValueError
+    '{"type": "input_audio_buffer.append", "audio": ' + "1" * 10_000 + "}",
+])
+def test_a_number_too_long_to_convert_is_invalid_json_not_a_dead_session(text):
+    """Found by the fuzzer: ``json.loads`` raises ``ValueError`` (not ``JSONDecodeError``) for an
+    integer of more than 4300 digits; it escaped ``receive`` and ended the connection."""
+    from susurrus.transports.metrics import Metrics
+    from susurrus.transports.realtime import RealtimeSession
+
+    s = RealtimeSession(model_name="tiny.en", multilingual=False, limits=SMALL, metrics=Metrics())
+    events, works = s.receive(text)
+    assert [e["error"]["code"] for e in events] == ["invalid_json"] and not works
+    result = run_protocol([Step("text", text, "regression")], SMALL)
+    assert result.ok, result.problems()

@@ -65,7 +65,8 @@ def parse_client_event(data: str | bytes | None, max_bytes: int) -> dict[str, An
                                                "bytes; split the audio into smaller appends")
     try:
         event = json.loads(data)
-    except (json.JSONDecodeError, RecursionError) as err:
+    except (ValueError, RecursionError) as err:  # ValueError: JSONDecodeError, and an integer of more
+        # than Python's 4300 digits (``int_max_str_digits``), which json.loads refuses with a plain one
         raise ProtocolError(INVALID_JSON, f"message is not valid JSON: {err}") from None
     if not isinstance(event, dict):
         raise ProtocolError(INVALID_JSON, f"an event must be a JSON object, not {type(event).__name__}")
