@@ -6,10 +6,13 @@ same with a large budget. The bugs the fuzzer found have a regression test each,
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from protocol_fuzz import (
     Step,
+    check_error,
     form_cases,
     protocol_cases,
     run_form,
@@ -146,3 +149,22 @@ def test_a_number_too_long_to_convert_is_invalid_json_not_a_dead_session(text):
     assert [e["error"]["code"] for e in events] == ["invalid_json"] and not works
     result = run_protocol([Step("text", text, "regression")], SMALL)
     assert result.ok, result.problems()
+
+
+@pytest.mark.parametrize("session", [
+    {"turn_detection": {"type": "semantic_vad", "eagerness": ["high"]}},
+    {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": {"a": 1}}}}},
+    {"input_audio_transcription": {"delay": ["low"]}},
+    {"audio": {"input": {"transcription": {"delay": {}}}}},
+])
+def test_an_unhashable_enum_value_is_invalid_value(session):
+    """Found by the fuzzer: ``eagerness`` and ``delay`` were looked up in dicts, so a list or an
+    object raised ``TypeError`` out of ``receive`` and ended the connection."""
+    from susurrus.transports.metrics import Metrics
+    from susurrus.transports.realtime import RealtimeSession
+
+    s = RealtimeSession(model_name="tiny.en", multilingual=False, limits=SMALL, metrics=Metrics())
+    events, _ = s.receive(json.dumps({"type": "session.update", "event_id": "u1", "session": session}))
+    assert len(events) == 1 and events[0]["error"]["code"] == "invalid_value"
+    assert not check_error(events[0], "u1", {"invalid_value"})
+    assert events[0]["error"]["param"].endswith(("eagerness", "delay"))
