@@ -168,3 +168,15 @@ def test_an_unhashable_enum_value_is_invalid_value(session):
     assert len(events) == 1 and events[0]["error"]["code"] == "invalid_value"
     assert not check_error(events[0], "u1", {"invalid_value"})
     assert events[0]["error"]["param"].endswith(("eagerness", "delay"))
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_non_finite_numbers_are_refused_so_every_server_event_is_strict_json(number):
+    """Found by the fuzzer: a ``turn_detection`` field the server keeps as given
+    (``idle_timeout_ms``) set to ``NaN`` came back in ``session.updated`` as ``NaN``, which is
+    not JSON (a browser's ``JSON.parse`` throws). Numbers must be finite, as RFC 8259 says."""
+    text = ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": {'
+            f'"turn_detection": {{"type": "server_vad", "idle_timeout_ms": {number}}}}}}}}}')
+    result = run_protocol([Step("text", text, "regression")], SMALL)
+    assert result.ok, result.problems()
+    assert dict(result.errors) == {"invalid_json": 1}
