@@ -7,7 +7,9 @@ same with a large budget. The bugs the fuzzer found have a regression test each,
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from protocol_fuzz import (
@@ -24,6 +26,7 @@ from protocol_fuzz import (
     speech_cases,
     transcribed_cases,
     upload_bytes,
+    wav_bytes,
 )
 from server_helpers import Conn, metrics, pcm16_at, server_samples, stream_text, words
 
@@ -180,3 +183,18 @@ def test_non_finite_numbers_are_refused_so_every_server_event_is_strict_json(num
     result = run_protocol([Step("text", text, "regression")], SMALL)
     assert result.ok, result.problems()
     assert dict(result.errors) == {"invalid_json": 1}
+
+
+def test_an_upload_with_nan_or_absurd_samples_is_refused_at_once():
+    """Found by the fuzzer: a float WAV holding one NaN (or Inf, or 1e30) decoded to samples the
+    model reads as NaN logits; the offline job ran the temperature ladder over them (about four
+    minutes of a worker on tiny.en for a NaN) and failed with a 500. Now a 400
+    ``invalid_file_format`` before any work; hot but real audio (2x full scale) still decodes."""
+    x = (np.random.default_rng(0).standard_normal(16000) * 0.05).astype("<f4")
+    x[200] = 2.0
+    assert run_upload(wav_bytes(x, bits=32, fmt=3), UploadLimits()).ok
+    for bad in (math.nan, math.inf, -1e30):
+        x[100] = bad
+        result = run_upload(wav_bytes(x, bits=32, fmt=3), UploadLimits())
+        assert result.ok, result.problems()
+        assert dict(result.errors) == {"invalid_file_format": 1}
