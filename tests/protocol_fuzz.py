@@ -463,12 +463,17 @@ def check_error(event: dict[str, Any], client_event_id: str | None, codes: set[s
     return out
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _client_event(step: Step, max_bytes: int) -> dict[str, Any] | None:
     """The client event a text frame holds, as the protocol reads it (None: not an event)."""
     if step.kind != "text" or len(step.payload) > max_bytes:
         return None
-    try:
-        event = json.loads(step.payload)
+    try:  # strict JSON (RFC 8259): no NaN or Infinity, numbers in range
+        event = json.loads(step.payload, parse_constant=_no_constant,
+                           parse_float=lambda text: _no_constant(text) if math.isinf(float(text)) else float(text))
     except (ValueError, RecursionError):
         return None
     return event if isinstance(event, dict) and isinstance(event.get("type"), str) else None

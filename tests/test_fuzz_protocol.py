@@ -89,7 +89,7 @@ def expected(tiny, speech):
     return text
 
 
-@budget(3, shrink=False)
+@budget(2, shrink=False)
 @given(steps=speech_cases(256 * 1024, pieces=3))
 def test_server_answers_in_time_keeps_speech_around_bad_events_and_frees_sessions(server, speech, expected, steps):
     result = run_server(steps, server, speech, expected)
