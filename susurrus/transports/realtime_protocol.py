@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import secrets
 from typing import Any
 
@@ -64,6 +65,19 @@ def error_event(err: ProtocolError) -> dict[str, Any]:
                                         "param": err.param, "event_id": err.event_id})
 
 
+def _not_a_number(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    """JSON numbers are finite (RFC 8259): ``NaN``, ``Infinity`` and ``1e999`` are refused, so no
+    value a client gives (kept as given in ``turn_detection``, say) comes back as invalid JSON."""
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text[:40]} is out of range for a JSON number")
+    return value
+
+
 def parse_client_event(data: str | bytes | None, max_bytes: int) -> dict[str, Any]:
     """One WebSocket message to an event dict, or :class:`ProtocolError`."""
     if data is None:
@@ -75,8 +89,9 @@ def parse_client_event(data: str | bytes | None, max_bytes: int) -> dict[str, An
         raise ProtocolError(MESSAGE_TOO_LARGE, f"message of {len(data)} bytes exceeds the limit of {max_bytes} "
                                                "bytes; split the audio into smaller appends")
     try:
-        event = json.loads(data)
-    except (json.JSONDecodeError, RecursionError) as err:
+        event = json.loads(data, parse_constant=_not_a_number, parse_float=_finite_float)
+    except (ValueError, RecursionError) as err:  # ValueError: JSONDecodeError, and an integer of more
+        # than Python's 4300 digits (``int_max_str_digits``), which json.loads refuses with a plain one
         raise ProtocolError(INVALID_JSON, f"message is not valid JSON: {err}") from None
     if not isinstance(event, dict):
         raise ProtocolError(INVALID_JSON, f"an event must be a JSON object, not {type(event).__name__}")

@@ -164,7 +164,7 @@ def apply_update(settings: SessionSettings, event: dict[str, Any], *, multilingu
         if "prompt" in t:
             changes["prompt"] = t["prompt"] if isinstance(t["prompt"], str) else ""
         if "delay" in t and t["delay"] is not None:
-            if t["delay"] not in DELAY_TO_PRESET:
+            if not isinstance(t["delay"], str) or t["delay"] not in DELAY_TO_PRESET:  # a list is unhashable
                 raise ProtocolError(INVALID_VALUE, f"delay must be one of {', '.join(DELAY_TO_PRESET)}",
                                     f"{param}.delay")
             changes["delay"] = t["delay"]
@@ -224,7 +224,7 @@ def parse_turn_detection(value: Any, param: str) -> dict[str, Any] | None:
                 raise ProtocolError(INVALID_VALUE, f"turn_detection.{key} must be {want}", f"{param}.{key}")
     elif kind == "semantic_vad":
         eagerness = td.get("eagerness") or "auto"
-        if eagerness not in EAGERNESS_SILENCE_MS:
+        if not isinstance(eagerness, str) or eagerness not in EAGERNESS_SILENCE_MS:  # a list is unhashable
             raise ProtocolError(INVALID_VALUE, "turn_detection.eagerness must be one of "
                                                f"{', '.join(EAGERNESS_SILENCE_MS)}", f"{param}.eagerness")
         td["eagerness"] = eagerness

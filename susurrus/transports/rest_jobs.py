@@ -21,6 +21,7 @@ from susurrus.transports.workers import compute_clock
 
 SAMPLE_RATE = 16000
 MIN_AUDIO_S = 0.1  # OpenAI's minimum
+MAX_AMPLITUDE = 1000.0  # float samples beyond this (60 dB over full scale) are not a recording: refused
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,11 @@ def decode_upload(data: bytes, limits: UploadLimits) -> np.ndarray:
         raise RestError(400, f"the file could not be decoded as audio ({err}); send WAV, FLAC, OGG or MP3 (or "
                              "any format when ffmpeg is installed on the server)", "invalid_file_format",
                         "file") from None
+    if len(samples) and not np.abs(samples).max() <= MAX_AMPLITUDE:
+        # a float file may hold NaN, Inf or absurd values: the model would read NaN logits (and the
+        # offline job run its whole temperature ladder over them before failing)
+        raise RestError(400, f"the audio holds NaN, infinite or out-of-range samples (beyond {MAX_AMPLITUDE:g}x "
+                             "full scale)", "invalid_file_format", "file")
     seconds = len(samples) / SAMPLE_RATE
     if seconds > limits.max_seconds:
         raise too_long(seconds, limits)
