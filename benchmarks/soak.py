@@ -15,8 +15,9 @@ Every ``--sample-s`` seconds: RSS of the server and its worker processes (psutil
 ``/metrics`` (open-sessions gauge, accepted / transcribed / dropped audio seconds, compute
 seconds), and the latency of the words committed since the last sample (algorithmic:
 ``emitted_at - end`` of the ``susurrus.words`` events, in audio seconds; wall: from sending the
-append holding a word's end to receiving it). At the end: a table per hour of audio (per quarter
-of the run when it is under 2 h) and the checks: RSS of every period within 10 % of the first,
+append holding a word's end to receiving it). At the end: a table per hour of audio the server
+finished, transcribed or dropped (per quarter of the run when it is under 2 h; clients run up to
+``--max-buffered-s`` ahead of it), and the checks: RSS of every period within 10 % of the first,
 compute per audio second (the per-step time: /metrics has no step counter) within 10 % of the
 first period, the open-sessions gauge back to 0, no phrase committed three times in a row in any
 session (``longest_repetition`` <= 2), accepted audio = transcribed + dropped (by reason) to the
@@ -185,7 +186,8 @@ class Soak:
     refused: int = 0
     open: int = 0
     sessions: list[Session] = field(default_factory=list)
-    words: list[tuple[float, float, float]] = field(default_factory=list)  # (audio clock, algorithmic, wall)
+    words: list[tuple[float, float, float]] = field(default_factory=list)  # (wall clock, algorithmic, wall latency)
+    started: float = 0.0  # perf_counter at the first session
 
     @property
     def done(self) -> bool:
@@ -237,7 +239,7 @@ async def run_session(soak: Soak, s: Session, rng: random.Random) -> None:
                         s.words += 1
                         i = bisect.bisect_left(sent, offset + w["end"] - 1e-6)
                         wall = now - sent_at[i] if i < len(sent_at) else float("nan")
-                        soak.words.append((soak.sent_s, w["emitted_at"] - w["end"], wall))
+                        soak.words.append((now - soak.started, w["emitted_at"] - w["end"], wall))
                 elif kind in ("input_audio_buffer.committed", "input_audio_buffer.speech_started"):
                     item_start(ev["item_id"])
                     s.texts.setdefault(ev["item_id"], [])
@@ -358,8 +360,9 @@ def http_get(url: str, timeout: float = 10.0) -> str:
         return r.read().decode()
 
 
-def tree_rss(pid: int) -> tuple[float, int]:
-    """Resident MB of process ``pid`` and its descendants (the workers), and how many they are."""
+def tree_rss(pid: int) -> tuple[float, float, int]:
+    """Resident MB of process ``pid`` and its descendants (the workers), of ``pid`` alone, and how
+    many processes they are."""
     try:
         import psutil
     except ImportError:
@@ -369,12 +372,13 @@ def tree_rss(pid: int) -> tuple[float, int]:
             root = psutil.Process(pid)
             procs = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
-            return float("nan"), 0
-        total = 0
+            return float("nan"), float("nan"), 0
+        sizes = []
         for p in procs:
             with contextlib.suppress(psutil.NoSuchProcess):
-                total += p.memory_info().rss
-        return total / 2**20, len(procs)
+                sizes.append(p.memory_info().rss if p.pid != pid else -p.memory_info().rss)
+        own = -sum(x for x in sizes if x < 0)
+        return (sum(abs(x) for x in sizes)) / 2**20, own / 2**20, len(procs)
     parent: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -385,24 +389,29 @@ def tree_rss(pid: int) -> tuple[float, int]:
         more = {p for p, pp in parent.items() if pp in tree} - tree
         tree |= more
         grew = bool(more)
-    total = 0
+    total = own = 0
     for p in tree:
         with contextlib.suppress(OSError, IndexError, ValueError):
-            total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    return total / 2**20, len(tree)
+            size = int(Path(f"/proc/{p}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            total += size
+            own += size if p == pid else 0
+    return total / 2**20, own / 2**20, len(tree)
 
 
 def sample(soak: Soak, base: str, pid: int, started: float, words_from: int) -> dict[str, Any]:
     m = parse_metrics(http_get(f"{base}/metrics"))
-    rss, procs = tree_rss(pid)
+    rss, own, procs = tree_rss(pid)
     new = soak.words[words_from:]
+    dropped = dropped_by_reason(m)
     algo = [w[1] for w in new]
     wall = [w[2] for w in new if not math.isnan(w[2])]
-    return {"wall_s": round(time.perf_counter() - started, 2), "audio_s": round(soak.sent_s, 2),
-            "rss_mb": round(rss, 1), "processes": procs, "sessions_open": m.get(OPEN, float("nan")),
+    return {"wall_s": round(time.perf_counter() - started, 2), "sent_s": round(soak.sent_s, 2),
+            "rss_mb": round(rss, 1), "server_rss_mb": round(own, 1), "processes": procs,
+            "sessions_open": m.get(OPEN, float("nan")),
             "client_sessions_open": soak.open, "connects": soak.connects,
             "accepted_s": m.get(ACCEPTED, 0.0), "transcribed_s": m.get(TRANSCRIBED, 0.0),
-            "dropped_s": dropped_by_reason(m), "compute_s": m.get(COMPUTE, 0.0),
+            "dropped_s": dropped, "compute_s": m.get(COMPUTE, 0.0),
+            "done_s": round(m.get(TRANSCRIBED, 0.0) + sum(dropped.values()), 3),
             "words": len(new), "algo_latency_mean": mean(algo), "algo_latency_p90": pct(algo, 90),
             "wall_latency_mean": mean(wall), "wall_latency_p90": pct(wall, 90)}
 
@@ -421,7 +430,7 @@ def progress(soak: Soak, started: float, rss: float, final: bool = False) -> Non
 
 async def soak_run(soak: Soak, base: str, pid: int, samples: list[dict[str, Any]]) -> None:
     a = soak.args
-    started = time.perf_counter()
+    started = soak.started = time.perf_counter()
     samples.append(await asyncio.to_thread(sample, soak, base, pid, started, 0))
     master = random.Random(a.seed)
     slots = [asyncio.create_task(run_slot(soak, i, random.Random(master.getrandbits(64)))) for i in range(a.sessions)]
@@ -447,7 +456,7 @@ async def soak_run(soak: Soak, base: str, pid: int, samples: list[dict[str, Any]
         last = await asyncio.to_thread(sample, soak, base, pid, started, words_from)
         words_from = len(soak.words)
         balance = last["accepted_s"] - last["transcribed_s"] - sum(last["dropped_s"].values())
-        if (last["sessions_open"] == 0 and abs(balance) < 1.0) or time.perf_counter() > deadline:
+        if (last["sessions_open"] == 0 and abs(balance) < 0.005) or time.perf_counter() > deadline:
             break
         await asyncio.sleep(1.0)
     samples.append(last)
@@ -457,7 +466,7 @@ async def soak_run(soak: Soak, base: str, pid: int, samples: list[dict[str, Any]
 # ---------------------------------------------------------------------------- the report
 
 def report(soak: Soak, samples: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    total = max(soak.sent_s, 1e-9)
+    total = max(samples[-1]["done_s"], 1e-9)  # audio the server finished (transcribed or dropped)
     period = periods_of(soak.target_s)
     n_periods = max(1, math.ceil(min(total, soak.target_s) / period - 1e-6))
     unit = "h" if period >= 3600 else "min"
@@ -467,18 +476,19 @@ def report(soak: Soak, samples: list[dict[str, Any]], args: argparse.Namespace) 
     running = samples[1:-1] or samples[1:]
     for k in range(n_periods):
         lo, hi = k * period, (k + 1) * period if k < n_periods - 1 else math.inf  # the last: to the end
-        inside = [x for x in running if lo < x["audio_s"] <= hi + 1e-6]
+        inside = [x for x in running if lo < x["done_s"] <= hi + 1e-6]
         if not inside:
             continue
         end = inside[-1]
         d_audio = end["transcribed_s"] - prev["transcribed_s"]
         d_compute = end["compute_s"] - prev["compute_s"]
-        words = [w for w in soak.words if lo < w[0] <= hi + 1e-6]
+        words = [w for w in soak.words if prev["wall_s"] < w[0] <= end["wall_s"]]
         algo = [w[1] for w in words]
         wall = [w[2] for w in words if not math.isnan(w[2])]
         rows.append({"from": lo, "to": min(hi, total), "wall_s": end["wall_s"] - prev["wall_s"],
                      "rss_mb": float(np.median([x["rss_mb"] for x in inside])),
                      "rss_max_mb": max(x["rss_mb"] for x in inside),
+                     "server_rss_mb": float(np.median([x["server_rss_mb"] for x in inside])),
                      "sessions_mean": mean([x["sessions_open"] for x in inside]),
                      "sessions_max": max(x["sessions_open"] for x in inside),
                      "connects": end["connects"],
@@ -518,12 +528,14 @@ def report(soak: Soak, samples: list[dict[str, Any]], args: argparse.Namespace) 
     print(f"\nsoak: {args.model}, {args.workers} worker process(es), {args.sessions} client slots, appends paced at "
           f"{args.speed:g}x real time, {total / 3600:.3f} h of audio in {(last['wall_s']) / 60:.1f} min of wall time, "
           f"{soak.connects} connects, {os.cpu_count()} cores\n")
-    print(f"| audio {unit} | wall min | server RSS MB median (max) | open sessions mean (max) | connects | "
+    print(f"| audio {unit} done | wall min | RSS MB median (max) | of which server process | open sessions mean (max) "
+          "| connects | "
           "compute ms per audio s | words | algorithmic latency mean / p90 s | wall latency mean / p90 s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['from'] / scale:.2f}–{r['to'] / scale:.2f} | {r['wall_s'] / 60:.1f} | {r['rss_mb']:.0f} "
-              f"({r['rss_max_mb']:.0f}) | {f(r['sessions_mean'], 1)} ({r['sessions_max']:g}) | {r['connects']} | "
+              f"({r['rss_max_mb']:.0f}) | {r['server_rss_mb']:.0f} | {f(r['sessions_mean'], 1)} "
+              f"({r['sessions_max']:g}) | {r['connects']} | "
               f"{f(r['compute_ms_per_s'], 0)} | {r['words']} | {f(r['algo_mean'])} / {f(r['algo_p90'])} | "
               f"{f(r['wall_mean'])} / {f(r['wall_p90'])} |")
     ends: dict[str, int] = {}
@@ -551,7 +563,7 @@ def plot(path: str, samples: list[dict[str, Any]], soak: Soak) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    x = [s["audio_s"] / 3600 for s in samples]
+    x = [s["done_s"] / 3600 for s in samples]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     top.plot(x, [s["rss_mb"] for s in samples], label="server + workers RSS")
     top.set_ylabel("RSS MB")
@@ -563,7 +575,7 @@ def plot(path: str, samples: list[dict[str, Any]], soak: Soak) -> None:
     bottom.plot(x, [s["wall_latency_mean"] for s in samples], label="wall latency mean (s)")
     bottom.plot(x, [s["wall_latency_p90"] for s in samples], label="wall latency p90 (s)", alpha=0.6)
     bottom.set_ylabel("s")
-    bottom.set_xlabel("hours of audio appended")
+    bottom.set_xlabel("hours of audio the server finished (transcribed or dropped)")
     bottom.legend(loc="upper left")
     fig.suptitle(f"soak: {soak.connects} connects, {soak.sent_s / 3600:.2f} h of audio")
     fig.tight_layout()
