@@ -91,9 +91,7 @@ def encode_window(net: Whisper, mel: torch.Tensor, running_max: float | None = N
     piece = mel[:, :size]
     if running_max is not None:
         piece = normalize_frames(piece, running_max)
-        floor = (running_max - DYNAMIC_RANGE + 4.0) / 4.0
-    else:
-        floor = float(piece.max()) - DYNAMIC_RANGE / 4 if piece.numel() else -1.0
+    floor = float(piece.max()) - DYNAMIC_RANGE / 4 if running_max is None else (running_max - DYNAMIC_RANGE + 4.0) / 4.0
     pad = torch.full((piece.shape[0], size - piece.shape[1]), floor)
     return net.encoder(torch.cat([piece, pad], dim=1)[None])
 

@@ -265,10 +265,6 @@ class StreamSession(VoiceActivity):
             # a window that commits nothing for a while: decode it again without the prompt
             self._drop_prompt()
         before = win.encoder or EncoderState.empty(self.net)
-        if final and cfg.task != "transcribe":
-            # a translation reorders the audio: its window's last decode reads the window
-            # encoded as offline, all of it in both directions (once per window)
-            before = EncoderState.empty(self.net)
         lookahead = max(0, round(cfg.lookahead_ms / 1000 / FRAME_S))
         enc = encode_step(self.net, before, win.mel, lookahead, final=final,
                           running_max=self.mel_state.running_max, silence=self._silence_frames)
@@ -279,8 +275,9 @@ class StreamSession(VoiceActivity):
             return []
         self._update_cross(before, enc)
         if final and cfg.task != "transcribe":
-            # behind the audio, the rest of the 30 s as offline Whisper reads it too: the
-            # padding encoded with the audio, every frame attending to every other
+            # a translation reorders the audio: its window's last decode reads the window as
+            # offline Whisper encodes it, with the silence padding to 30 s, every frame attending
+            # to every other (once per window)
             self.cross.write(0, self.net.decoder.cross_kv(
                 encode_window(self.net, win.mel, self.mel_state.running_max)))
         events: list[Event] = []
