@@ -11,6 +11,14 @@ worker processes per second of audio.
 
     python benchmarks/server_concurrency.py --clients 8              # one worker process per core
     python benchmarks/server_concurrency.py --clients 8 --workers 0  # in-process threads (before)
+
+With ``--seconds S`` every client streams English dev recordings back to back (each client
+starting at another one, half a second apart) for at least S seconds, so that N clients are
+N concurrent sessions for the whole run; with several counts (``--clients 1,8,16,32,48``) one
+summary row per count is printed, and ``--compare`` runs each count on the unbatched engine
+too (``susurrus serve --no-batching``)::
+
+    python benchmarks/server_concurrency.py --clients 1,8,16,24,32,40,48 --seconds 40 --compare
 """
 
 from __future__ import annotations
@@ -117,6 +125,30 @@ def _stat(pid: int) -> list[str]:
 
 def server_cpu_seconds(pid: int) -> float:
     """CPU seconds of the server process and its descendants (the worker processes)."""
+    total = 0.0
+    for p in [pid, *_descendants(pid)]:
+        try:
+            f = _stat(p)
+        except OSError:
+            continue
+        total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def server_rss_mb(pid: int) -> float:
+    """Resident memory (MB) of the server process and its descendants."""
+    total = 0.0
+    for p in [pid, *_descendants(pid)]:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return total
+
+
+def _descendants(pid: int) -> list[int]:
     parent: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -129,50 +161,56 @@ def server_cpu_seconds(pid: int) -> float:
         more = {p for p, pp in parent.items() if pp in tree} - tree
         tree |= more
         grew = bool(more)
-    total = 0.0
-    for p in tree:
-        try:
-            f = _stat(p)
-        except OSError:
-            continue
-        total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    return sorted(tree - {pid})
 
 
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--model", default="tiny.en")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads per worker process (or in the server with --workers 0) "
-                         "(default: %(default)s)")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                    help="server worker processes; 0: the server's own threads (default: CPU count, %(default)s)")
-    ap.add_argument("--data", default=str(SHARED_DATA / "dev"))
-    args = ap.parse_args()
-
-    items = {i.id: i for i in read_manifest(args.data)}
-    chosen = [items[f] for f in FILES if f in items][: args.clients]
-    if len(chosen) < args.clients:
-        print(f"only {len(chosen)} of the benchmark files are in {args.data}", file=sys.stderr)
-        return 2
+def chosen_audio(args: argparse.Namespace, n: int) -> list[Result]:
+    """The clients' audio: one benchmark file each, or (``--seconds``) dev recordings back to back."""
+    items = read_manifest(args.data)
+    if not args.seconds:
+        by_id = {i.id: i for i in items}
+        chosen = [by_id[f] for f in FILES if f in by_id][:n]
+        if len(chosen) < n:
+            raise SystemExit(f"only {len(chosen)} of the benchmark files are in {args.data}")
+        results = []
+        for item in chosen:
+            audio = decode_audio(item.audio)
+            results.append(Result(item.id, len(audio) / 16000, item.text, to_pcm16(resample(audio, 16000, RATE))))
+        return results
+    english = [i for i in items if i.language == "en"]
+    gap = np.zeros(8000, np.float32)
     results = []
-    for item in chosen:
-        audio = decode_audio(item.audio)
-        results.append(Result(item.id, len(audio) / 16000, item.text, to_pcm16(resample(audio, 16000, RATE))))
+    for k in range(n):
+        parts, texts, total, j = [], [], 0.0, k
+        while total < args.seconds:
+            item = english[j % len(english)]
+            audio = decode_audio(item.audio)
+            parts += [audio, gap]
+            texts.append(item.text)
+            total += (len(audio) + len(gap)) / 16000
+            j += 1
+        audio = np.concatenate(parts)
+        results.append(Result(f"client{k:02d}+{english[k % len(english)].id}", len(audio) / 16000, " ".join(texts),
+                              to_pcm16(resample(audio, 16000, RATE))))
+    return results
 
+
+def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: bool) -> dict:
+    """Start ``susurrus serve``, stream every client at once, stop it; CPU, wall and RSS."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "susurrus", "serve", "--port", str(port), "--model", args.model,
-           "--threads", str(args.threads), "--max-buffered-s", "600", "--max-sessions", str(args.clients),
-           "--log-level", "warning"]
-    cmd += ["--workers", str(args.workers)]
+           "--threads", str(args.threads), "--max-buffered-s", "600", "--max-sessions", str(len(results)),
+           "--log-level", "warning", "--workers", str(args.workers)]
+    if not batched:
+        cmd.append("--no-batching")
     server = subprocess.Popen(cmd, cwd=REPO)
+    rss = [0.0]
     try:
         for _ in range(3000):
             try:
@@ -180,13 +218,21 @@ def main() -> int:
                 break
             except OSError:
                 time.sleep(0.1)
+        idle_rss = server_rss_mb(server.pid)
         cpu0 = server_cpu_seconds(server.pid)
         wall0 = time.perf_counter()
         url = f"ws://127.0.0.1:{port}/v1/realtime"
 
         async def everyone() -> None:
+            async def sample() -> None:
+                while True:
+                    rss[0] = max(rss[0], server_rss_mb(server.pid))
+                    await asyncio.sleep(2.0)
+
+            sampler = asyncio.create_task(sample())
             start_at = time.perf_counter() + 0.5
             await asyncio.gather(*(run_client(url, r, start_at) for r in results))
+            sampler.cancel()
 
         asyncio.run(everyone())
         wall = time.perf_counter() - wall0
@@ -194,17 +240,98 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait(timeout=30)
+    return {"cpu": cpu, "wall": wall, "rss": rss[0], "idle_rss": idle_rss}
 
-    # model.stream() on the same samples, offline (what `susurrus stream` prints)
+
+def stream_alone(model, r: Result) -> str:
+    """``model.stream()`` on the samples the server got (what ``susurrus stream`` prints)."""
+    x = r.pcm.astype(np.float32) / 32768.0
+    rs = StreamResampler(RATE, 16000)
+    samples = np.concatenate([rs.process(x), rs.flush()])
+    stream = model.stream()
+    block = stream.config.chunk_ms * 16
+    for i in range(0, len(samples), block):
+        stream.feed(samples[i:i + block])
+    stream.finish()
+    return stream.text.strip()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", default="8", help="concurrent clients; several counts comma-separated: a sweep")
+    ap.add_argument("--model", default="tiny.en")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads per worker process (or in the server with --workers 0) "
+                         "(default: %(default)s)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                    help="server worker processes; 0: the server's own threads (default: CPU count, %(default)s)")
+    ap.add_argument("--seconds", type=float, default=0.0,
+                    help="each client streams dev recordings back to back for at least this long (default: one "
+                         "benchmark file each)")
+    ap.add_argument("--no-batching", action="store_true", help="the server steps its streams one at a time")
+    ap.add_argument("--compare", action="store_true", help="each count on the unbatched engine too")
+    ap.add_argument("--data", default=str(SHARED_DATA / "dev"))
+    args = ap.parse_args()
+    counts = [int(c) for c in str(args.clients).split(",")]
+
     import torch
 
     import susurrus
 
     torch.set_num_threads(args.threads)
     model = susurrus.load_model(args.model)
+    engines = [False, True] if args.compare else [not args.no_batching]
+    if len(counts) > 1 or args.compare:
+        sweep(args, model, counts, engines)
+        return 0
+    results = chosen_audio(args, counts[0])
+    run = serve_and_stream(args, results, engines[0])
+    per_file_table(args, model, results, run, engines[0])
+    return 0
+
+
+def summary(model, results: list[Result], run: dict) -> dict:
+    wall_all = [x for r in results for x in r.wall_latency]
+    first = [lat for r in results for lat, end in zip(r.wall_latency, r.word_ends) if end < r.duration / 2]
+    second = [lat for r in results for lat, end in zip(r.wall_latency, r.word_ends) if end >= r.duration / 2]
+    growth = max((np.mean([lat for lat, e in zip(r.wall_latency, r.word_ends) if e >= r.duration / 2] or [0])
+                  - np.mean([lat for lat, e in zip(r.wall_latency, r.word_ends) if e < r.duration / 2] or [0]))
+                 for r in results)
+    alone = [stream_alone(model, r) for r in results]
+    audio = sum(r.duration for r in results)
+    return {"mean": np.mean(wall_all), "p90": pct(wall_all, 90), "first": np.mean(first), "second": np.mean(second),
+            "growth": growth, "same": sum(a == r.transcript for a, r in zip(alone, results)),
+            "wer_ref": corpus_error_rate([(r.reference, r.transcript) for r in results]),
+            "wer_stream": corpus_error_rate([(a, r.transcript) for a, r in zip(alone, results)]),
+            "lag": max(r.commit_lag for r in results), "errors": sum(len(r.errors) for r in results),
+            "cores": run["cpu"] / run["wall"], "cost": run["cpu"] / audio, "rss": run["rss"],
+            "idle_rss": run["idle_rss"], "audio": audio}
+
+
+def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[bool]) -> None:
+    print(f"\n{args.model}, concurrent sessions at real-time pace, 24 kHz PCM16 in 100 ms appends, each client "
+          f"{'one file' if not args.seconds else f'{args.seconds:.0f}+ s of dev recordings back to back'}; server: "
+          f"{args.workers} worker processes, {args.threads} torch thread(s) each, {os.cpu_count()} cores\n")
+    print("| engine | clients | wall latency mean / p90 s | 1st / 2nd half s | worst growth s | same text as "
+          "model.stream | WER vs ref % | WER vs model.stream % | commit → completed max s | cores busy | "
+          "core-s per audio-s | RSS MB (idle → peak) | errors |")
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    for n in counts:
+        for batched in engines:
+            results = chosen_audio(args, n)
+            row = summary(model, results, serve_and_stream(args, results, batched))
+            print(f"| {'batched' if batched else 'one at a time'} | {n} | {row['mean']:.2f} / {row['p90']:.2f} | "
+                  f"{row['first']:.2f} / {row['second']:.2f} | {row['growth']:+.2f} | {row['same']}/{n} | "
+                  f"{row['wer_ref']:.2f} | {row['wer_stream']:.2f} | {row['lag']:.2f} | {row['cores']:.2f} | "
+                  f"{row['cost']:.3f} | {row['idle_rss']:.0f} → {row['rss']:.0f} | {row['errors']} |", flush=True)
+
+
+def per_file_table(args: argparse.Namespace, model, results: list[Result], run: dict, batched: bool) -> None:
+    cpu, wall = run["cpu"], run["wall"]
     audio_total = sum(r.duration for r in results)
-    print(f"\n{args.model}, {args.clients} concurrent sessions at real-time pace, 24 kHz PCM16 in 100 ms appends; "
-          f"server: {f'{args.workers} worker processes' if args.workers else 'in-process threads'}, "
+    print(f"\n{args.model}, {len(results)} concurrent sessions at real-time pace, 24 kHz PCM16 in 100 ms appends; "
+          f"server: {f'{args.workers} worker processes' if args.workers else 'in-process threads'} "
+          f"({'batched' if batched else 'one stream at a time'}), "
           f"{args.threads} torch thread(s) each, {os.cpu_count()} cores\n")
     print("| file | audio s | WER vs ref % | WER vs model.stream % | same text | words | wall latency mean / p50 / "
           "p90 s | wall latency 1st / 2nd half s | algorithmic mean / p90 s | commit → completed s |")
@@ -212,15 +339,7 @@ def main() -> int:
     all_wall, all_algo, first_half, second_half = [], [], [], []
     pairs_ref, pairs_stream, same = [], [], 0
     for r in results:
-        x = r.pcm.astype(np.float32) / 32768.0
-        rs = StreamResampler(RATE, 16000)
-        samples = np.concatenate([rs.process(x), rs.flush()])
-        stream = model.stream()
-        block = stream.config.chunk_ms * 16
-        for i in range(0, len(samples), block):
-            stream.feed(samples[i:i + block])
-        stream.finish()
-        offline = stream.text.strip()
+        offline = stream_alone(model, r)
         same += offline == r.transcript
         pairs_ref.append((r.reference, r.transcript))
         pairs_stream.append((offline, r.transcript))
@@ -244,8 +363,8 @@ def main() -> int:
     print(f"\nserver CPU (with its workers) {cpu:.1f} s for {audio_total:.1f} s of audio: "
           f"{cpu / audio_total:.3f} core-s per audio-s, "
           f"{cpu / wall:.2f} cores busy on average; wall {wall:.1f} s for streams of at most "
-          f"{max(r.duration for r in results):.1f} s")
-    return 0
+          f"{max(r.duration for r in results):.1f} s; server RSS {run['idle_rss']:.0f} MB idle, "
+          f"{run['rss']:.0f} MB at most")
 
 
 if __name__ == "__main__":

@@ -148,6 +148,13 @@ class MultiHeadAttention(nn.Module):
     def attend(self, q: Tensor, kv: KV, mask: Tensor | None = None,
                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """Scaled dot-product attention; with ``need_weights`` also the (pre-softmax) scores."""
+        mixed, scores = self.mix(q, kv, mask, need_weights)
+        return self.out(mixed), scores
+
+    def mix(self, q: Tensor, kv: KV, mask: Tensor | None = None,
+            need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """The heads' weighted values (batch, T, width) before the output projection, and with
+        ``need_weights`` the (pre-softmax) scores (batch, heads, T, time)."""
         b, t, d = q.shape
         h = self.n_head
         qh = q.view(b, t, h, d // h).transpose(1, 2)
@@ -155,13 +162,12 @@ class MultiHeadAttention(nn.Module):
         vh = kv.v.view(kv.v.shape[0], -1, h, d // h).transpose(1, 2)
         if not need_weights:
             out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
-            return self.out(out.transpose(1, 2).reshape(b, t, d)), None
+            return out.transpose(1, 2).reshape(b, t, d), None
         scores = (qh @ kh.transpose(-1, -2)) * (d // h) ** -0.5
         if mask is not None:
             scores = scores + mask
         weights = scores.float().softmax(dim=-1).to(q.dtype)
-        out = (weights @ vh).transpose(1, 2).reshape(b, t, d)
-        return self.out(out), scores.detach()
+        return (weights @ vh).transpose(1, 2).reshape(b, t, d), scores.detach()
 
 
 class ResidualAttentionBlock(nn.Module):

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from susurrus.audio.features import SAMPLE_RATE
+from susurrus.streaming.calls import Steps, drive
 from susurrus.streaming.config import FRAME_S
 from susurrus.streaming.encoder import EncoderState, encode_step
 from susurrus.streaming.events import Event, Interim, StepStats, TurnEnded
@@ -61,8 +62,7 @@ class VoiceActivity:
         win = self.window
         if win.encoder is None and not win.committed:
             return []
-        events = self._step(final=True, turn_end=True)
-        return events
+        return drive(self.net, self._step(final=True, turn_end=True))
 
     def _pause_silence_ms(self) -> int | None:
         """``semantic_turns``: the silence that ends the open turn at its current pause. Until
@@ -104,8 +104,8 @@ class VoiceActivity:
         saved = self.cross.save(before.finalized, max(enc.frames + self._silence_frames, self.cross.real))
         prefix = win.prefix
         try:
-            self._update_cross(before, enc)
-            tokens, _, probs, _, _, _ = self._decode(enc.frames, final=True)
+            drive(self.net, self._update_cross(before, enc))
+            tokens, _, probs, _, _, _ = drive(self.net, self._decode(enc.frames, final=True))
         finally:
             self.cross.load(saved)
             win.prefix = prefix
@@ -123,28 +123,28 @@ class VoiceActivity:
         return TurnEnded("".join(w.word for w in words).strip(), list(words), self.turn_start_ms,
                          stopped.audio_end_ms)
 
-    def _advance(self) -> list[Event]:
+    def _advance(self) -> Steps[list[Event]]:
         """A step boundary: decode, or (no speech for ``idle_after_ms``) flush and idle."""
         cfg = self.config
         if not cfg.vad:
-            return self._step(final=False)
+            return (yield from self._step(final=False))
         now_ms = self.samples_fed * 1000 / SAMPLE_RATE
         quiet = (self.last_speech_ms is None or now_ms - self.last_speech_ms >= cfg.idle_after_ms
                  or (self.idle and self.last_speech_ms <= self.idle_since_ms))
         if not quiet:
             self.idle = False
-            return self._step(final=False)
-        events = [] if self.idle else self._flush()
+            return (yield from self._step(final=False))
+        events = [] if self.idle else (yield from self._flush())
         self._trim_idle_window()
         return events
 
-    def _flush(self) -> list[Event]:
+    def _flush(self) -> Steps[list[Event]]:
         """Commit everything decoded in the window and start an empty one here (the audio
         after it is non-speech, or a turn ended)."""
         win = self.window
         if win.encoder is None and not win.committed:
             return []
-        events = self._step(final=True)
+        events = yield from self._step(final=True)
         self._reanchor(at_end=True)
         if self.detect:
             self.language = None  # the next speech may be in another language

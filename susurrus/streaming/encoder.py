@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from susurrus.audio.features import DYNAMIC_RANGE
 from susurrus.model.whisper import KV, EncoderCache, Whisper
+from susurrus.streaming.calls import EncodeFrames, Steps, drive
 
 
 @dataclass
@@ -96,9 +97,15 @@ def encode_window(net: Whisper, mel: torch.Tensor, running_max: float | None = N
     return net.encoder(torch.cat([piece, pad], dim=1)[None])
 
 
-@torch.inference_mode()
 def encode_step(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead: int | None,
                 final: bool = False, running_max: float | None = None, silence: int = 0) -> EncoderState:
+    """:func:`encode_steps` run alone."""
+    return drive(net, encode_steps(net, state, mel, lookahead, final, running_max, silence))
+
+
+@torch.inference_mode()
+def encode_steps(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead: int | None,
+                 final: bool = False, running_max: float | None = None, silence: int = 0) -> Steps[EncoderState]:
     """Encode the frames of ``mel`` (n_mels, M) not yet final (``mel`` normalised, or log10
     power with ``running_max`` to normalise the frames read).
 
@@ -107,7 +114,8 @@ def encode_step(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead:
     audio (Whisper's padding, the log-mel floor) in the same pass, attending to the audio
     (``silence_out``), as offline Whisper's padding frames attend to the speech before them;
     the audio's frames do not attend to them, so its outputs do not change. Returns the new
-    state; nothing in ``state`` is modified."""
+    state; nothing in ``state`` is modified. A generator of one model call (:mod:`calls`): the
+    encoder blocks' pass."""
     available = min(ready_frames(mel.shape[1], final), net.dims.n_audio_ctx)
     start = state.finalized
     if available <= start:
@@ -124,7 +132,7 @@ def encode_step(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead:
         n_new = available - start
         mask = torch.zeros(n_new + silence, state.cache.length + n_new + silence)
         mask[:n_new, state.cache.length + n_new:] = -float("inf")
-    out, cache = net.encoder.forward_frames(frames, state.cache, mask)
+    out, cache = yield EncodeFrames(frames, state.cache, mask)
     silence_out = out[:, available - start:] if silence else None
     out = out[:, :available - start]
     if final:

@@ -13,6 +13,7 @@ import torch
 from susurrus.decoding.decode import LogitRules
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, DecoderCache, Whisper
+from susurrus.streaming.calls import DecodeTokens, Steps
 from susurrus.streaming.config import FRAME_S, StreamConfig
 from susurrus.streaming.guards import eot_too_early, repeats_third_time, says_again, speech_mask, starts_over
 from susurrus.streaming.state import WindowState
@@ -36,14 +37,16 @@ class StepDecode:
 
 def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowState, cross_kv: list[KV],
                 prompt: list[int], rules: LogitRules, starts_word: Callable[[int], bool], n_real: int, final: bool,
-                relaxed: bool = False) -> StepDecode:
+                relaxed: bool = False) -> Steps[StepDecode]:
     """Force prompt + committed tokens, then decode greedily.
 
     The forced prefix's self-attention keys/values are kept between steps (only its last
     token is recomputed), and the previous step's uncommitted hypothesis is verified in one
     batched pass (speculatively): tokens the model still predicts are accepted together,
     and greedy decoding continues one token at a time only from where it diverges.
-    ``win.prefix`` is updated: the decoder cache of the forced prefix but its last token."""
+    ``win.prefix`` is updated: the decoder cache of the forced prefix but its last token. A
+    generator of model calls (:mod:`calls`): one decoder pass for the prefix and hypothesis, then
+    one per token past it."""
     forced = prompt + win.committed
     heads = net.alignment_heads
     base_len = len(forced) - 1
@@ -53,13 +56,11 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
         # (until something is committed the prefix is just the prompt: recompute it, in the
         # same pass as the hypothesis, so that it reads the audio as it is now)
         cache = DecoderCache(cross_kv, [None] * len(dec.blocks))
-        hidden, cache, qk = dec(torch.tensor([[*forced, *hyp]]), cache, alignment_heads=heads, project=False)
-        hidden, qk = hidden[:, base_len:], qk[:, :, base_len:]
+        hidden, cache, qk, approx = yield DecodeTokens([*forced, *hyp], cache, skip=base_len)
         win.prefix = cache.rewind(base_len)
     else:
-        hidden, cache, qk = dec(torch.tensor([[forced[-1], *hyp]]), win.prefix, alignment_heads=heads,
-                                project=False)
-    approx = dec.project_approx(hidden[0])  # exact logits of the shortlist come per position below
+        hidden, cache, qk, approx = yield DecodeTokens([forced[-1], *hyp], win.prefix)
+    # approx: int8 logits; the exact logits of their shortlist come per position below
     budget = cfg.max_step_tokens if not final else 4 * cfg.max_step_tokens  # the last step says it all
     limit = max(0, min(budget, net.dims.n_text_ctx - len(forced) - 1))
     seq = list(forced)
@@ -122,8 +123,7 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
             continue
         # diverged from (or ran past) the verified hypothesis: continue one token at a time
         cache = cache.rewind(base_len + len(tokens))  # the path up to the token before nxt
-        hidden, cache, qk = dec(torch.tensor([[nxt]]), cache, alignment_heads=heads, project=False)
-        approx = dec.project_approx(hidden[0])
+        hidden, cache, qk, approx = yield DecodeTokens([nxt], cache)
         hyp, i = [], 0
     qk_all = (torch.stack(attns, dim=1) if attns
               else torch.zeros(int(heads.sum()), 0, net.dims.n_audio_ctx))

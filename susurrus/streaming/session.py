@@ -50,6 +50,7 @@ from susurrus.decoding.decode import DecodingOptions, LogitRules, detect_languag
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, DecoderCache, Whisper
 from susurrus.streaming.activity import VoiceActivity
+from susurrus.streaming.calls import CrossKV, Steps, drive
 from susurrus.streaming.commit import has_letters, stable_count, word_boundary
 from susurrus.streaming.config import (
     DETECT_EARLIEST_S,
@@ -63,7 +64,7 @@ from susurrus.streaming.config import (
     StreamConfig,
     stream_config,
 )
-from susurrus.streaming.encoder import EncoderState, encode_step, encode_window
+from susurrus.streaming.encoder import EncoderState, encode_steps, encode_window
 from susurrus.streaming.events import Committed, Event, Interim, LanguageDetected, StepStats, StreamWord, TurnEnded
 from susurrus.streaming.frontend import push_audio
 from susurrus.streaming.greedy import decode_step
@@ -159,9 +160,17 @@ class StreamSession(VoiceActivity):
 
     def feed(self, pcm: np.ndarray) -> list[Event]:
         """Append 16 kHz mono audio (float32 in [-1, 1] or int16); returns new events."""
+        return drive(self.net, self.feed_steps(pcm))
+
+    def feed_steps(self, pcm: np.ndarray) -> Steps[list[Event]]:
+        """:meth:`feed` as a generator of its model calls (:mod:`~susurrus.streaming.calls`),
+        for running many streams together (:class:`~susurrus.streaming.batch.StreamBatch`).
+        The audio is checked here, before anything is accepted."""
         if self.finished:
             raise RuntimeError("stream already finished")
-        samples = _as_float(pcm)
+        return self._feed_steps(_as_float(pcm))
+
+    def _feed_steps(self, samples: np.ndarray) -> Steps[list[Event]]:
         step = self.config.chunk_ms * SAMPLE_RATE // 1000
         # with turns, a VAD frame can end a turn and flush the window: cut at VAD frame ends too
         frame = FRAME_SAMPLES if self.turn_state is not None else step
@@ -175,11 +184,15 @@ class StreamSession(VoiceActivity):
             samples = samples[take:]
             if self.samples_fed - self.samples_at_last_step >= step:
                 self.samples_at_last_step += step
-                events.extend(self._advance())
+                events.extend((yield from self._advance()))
         return events
 
     def finish(self) -> list[Event]:
         """End of audio: decode and commit everything left."""
+        return drive(self.net, self.finish_steps())
+
+    def finish_steps(self) -> Steps[list[Event]]:
+        """:meth:`finish` as a generator of its model calls (see :meth:`feed_steps`)."""
         if self.finished:
             return []
         self._sync_mel()
@@ -189,7 +202,7 @@ class StreamSession(VoiceActivity):
         if self.vad is not None:
             events.extend(self._turn_events(push_vad(self.vad, self.vad_state, np.zeros(0, np.float32), final=True)))
         if not self.idle:
-            events.extend(self._step(final=True))
+            events.extend((yield from self._step(final=True)))
         if self.turn_state is not None:
             for ev in finish_turn(self.turn_state):
                 events.append(ev)
@@ -211,7 +224,7 @@ class StreamSession(VoiceActivity):
         utterance"). The stream stays open; nothing already fed is dropped."""
         if self.finished:
             raise RuntimeError("stream already finished")
-        return self._flush()
+        return drive(self.net, self._flush())
 
     # ------------------------------------------------------------------ voice activity
 
@@ -238,7 +251,7 @@ class StreamSession(VoiceActivity):
     # ------------------------------------------------------------------ one step
 
     @torch.inference_mode()
-    def _step(self, final: bool, turn_end: bool = False) -> list[Event]:
+    def _step(self, final: bool, turn_end: bool = False) -> Steps[list[Event]]:
         """Encode what is new, decode, commit. ``final``: the audio of this window ends here
         (end of stream, or a flush: non-speech or a turn's end follows), commit it all;
         ``turn_end``: but the window goes on, so the decoder goes on without the punctuation
@@ -266,14 +279,14 @@ class StreamSession(VoiceActivity):
             self._drop_prompt()
         before = win.encoder or EncoderState.empty(self.net)
         lookahead = max(0, round(cfg.lookahead_ms / 1000 / FRAME_S))
-        enc = encode_step(self.net, before, win.mel, lookahead, final=final,
-                          running_max=self.mel_state.running_max, silence=self._silence_frames)
+        enc = yield from encode_steps(self.net, before, win.mel, lookahead, final=final,
+                                      running_max=self.mel_state.running_max, silence=self._silence_frames)
         encoded = enc.frames - before.finalized
         win.encoder = enc
         n_real = enc.frames
         if n_real == 0:
             return []
-        self._update_cross(before, enc)
+        yield from self._update_cross(before, enc)
         if final and cfg.task != "transcribe":
             # a translation reorders the audio: its window's last decode reads the window as
             # offline Whisper encodes it, with the silence padding to 30 s, every frame attending
@@ -294,7 +307,7 @@ class StreamSession(VoiceActivity):
         # a decoder that committed nothing for a while may be stuck on a token whose attention
         # glitches past the audio edge: then decode past one such token and let it through
         relaxed = (enc.frames - win.committed_end_frame) * FRAME_S > cfg.commit_margin_ms / 1000 + 2.0
-        tokens, frames, probs, qk, cache, following = self._decode(n_real, final, relaxed)
+        tokens, frames, probs, qk, cache, following = yield from self._decode(n_real, final, relaxed)
         if self._decode_looped and (self.previous or win.committed):
             self._looping = not final  # re-anchored without the prompt at the next step
             self._reset_prompt |= final
@@ -362,7 +375,7 @@ class StreamSession(VoiceActivity):
         self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0, time.thread_time() - c0, encoded,
                                     len(tokens)))
         if final and not self._retrying and self._speech_left() >= RETRY_SPEECH_S:
-            events.extend(self._retry_end())
+            events.extend((yield from self._retry_end()))
         return events
 
     def _drop_prompt(self) -> None:
@@ -383,7 +396,7 @@ class StreamSession(VoiceActivity):
         first = max(0, round((start - win.start_frame / 100) / FRAME_S))
         return float(speech_mask(win.mel, win.mel.shape[1] // 2)[first:].sum()) * FRAME_S
 
-    def _retry_end(self) -> list[Event]:
+    def _retry_end(self) -> Steps[list[Event]]:
         """A window's last decode stopped while speech remains after its last committed word
         (the text so far led the decoder to end-of-text, or to read it again): decode that audio
         once more as a window of its own after the committed words, the text so far as its
@@ -398,7 +411,7 @@ class StreamSession(VoiceActivity):
         self._retrying = True
         n_words = len(self.words)
         try:
-            events = self._step(final=True)
+            events = yield from self._step(final=True)
         finally:
             self._retrying = False
         new = self.words[n_words:]
@@ -429,13 +442,13 @@ class StreamSession(VoiceActivity):
         self._rules = None
         return LanguageDetected(self.language, round(probability, 4), self.audio_time)
 
-    def _update_cross(self, before: EncoderState, enc: EncoderState) -> None:
+    def _update_cross(self, before: EncoderState, enc: EncoderState) -> Steps[None]:
         start = before.finalized
         parts = [enc.final_out[:, start:], enc.provisional_out]
         if enc.silence_out is not None:
             parts.append(enc.silence_out)
         fresh = torch.cat(parts, dim=1)
-        self.cross.write(start, self.net.decoder.cross_kv(fresh))
+        self.cross.write(start, (yield CrossKV(fresh)))
 
     def _prompt(self) -> list[int]:
         tok = self.tokenizer
@@ -445,7 +458,7 @@ class StreamSession(VoiceActivity):
         prompt = [tok.sot_prev, *context] if context else []
         return prompt + tok.sot_sequence + [tok.no_timestamps]
 
-    def _decode(self, n_real: int, final: bool, relaxed: bool = False):
+    def _decode(self, n_real: int, final: bool, relaxed: bool = False) -> Steps[tuple]:
         """This step's decode (:func:`~susurrus.streaming.greedy.decode_step`) with the session's
         prompt and logit rules, as a tuple of :class:`~susurrus.streaming.greedy.StepDecode`'s
         fields but ``looped`` (which sets ``_decode_looped``)."""
@@ -453,8 +466,8 @@ class StreamSession(VoiceActivity):
         if self._rules is None or self._rules.sample_begin != len(prompt):
             self._rules = LogitRules(self.tokenizer, DecodingOptions(without_timestamps=True), len(prompt),
                                      self.net.dims.n_vocab)
-        out = decode_step(self.net, self.tokenizer, self.config, self.window, self.cross.kv, prompt, self._rules,
-                          self._starts_word, n_real, final, relaxed)
+        out = yield from decode_step(self.net, self.tokenizer, self.config, self.window, self.cross.kv, prompt,
+                                     self._rules, self._starts_word, n_real, final, relaxed)
         self._decode_looped = out.looped
         return out.tokens, out.frames, out.probs, out.qk, out.cache, out.following
 

@@ -234,7 +234,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     serve(model, args.host, args.port, limits=limits, api_key=args.api_key, workers=args.workers,
           threads=args.threads, log_level=args.log_level, sock=sock, uploads=uploads,
           allowed_origins=args.allowed_origins, drain_s=args.drain_s, ssl_keyfile=args.ssl_keyfile,
-          ssl_certfile=args.ssl_certfile)
+          ssl_certfile=args.ssl_certfile, batched=not args.no_batching)
     return 0
 
 
@@ -437,6 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "threads) and each stream pinned to the least-loaded one; 0: run them in the "
                         "server process's threads, on one model (about one core in all: the streaming steps hold "
                         "the GIL) (default: the number of CPU cores)")
+    v.add_argument("--no-batching", action="store_true",
+                   help="step each worker's streams one at a time instead of together (their encoder and decoder "
+                        "passes packed into one per round: the same text, less CPU per stream; for comparison)")
     v.add_argument("--max-sessions", type=int_range(1), default=16,
                    help="concurrent WebSocket sessions and REST transcriptions together; more are refused "
                         "(default: %(default)s)")

@@ -8,8 +8,10 @@ core's worth of streams however many threads it runs. :class:`WorkerPool` starts
 stays, and returns a :class:`RemoteStream`: ``feed`` / ``finish`` / ``close`` and the attributes
 the server reads, each call a round trip that blocks its (executor) thread, never the event loop.
 
-Each worker has one pipe: requests are sent under a lock and run in order; a reader thread per
-worker resolves the callers' futures. A worker that exits fails its pending and later calls with
+Each worker has one pipe: requests are sent under a lock and each stream's run in order; in the
+worker (``worker_process.py``) the streams' ``feed`` and ``finish`` are stepped together, their
+encoder and decoder passes packed; a reader thread per worker resolves the callers' futures.
+A worker that exits fails its pending and later calls with
 :class:`WorkerDied` (the server reports a ``failed`` / ``error`` event) and is restarted. Replies
 carry the worker's compute time; :func:`compute_clock` counts it in place of the wait, so the
 server's compute metrics are those of the model, not of the queue in front of it.
@@ -25,44 +27,31 @@ from __future__ import annotations
 import itertools
 import logging
 import multiprocessing
-import pickle
 import queue
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 import numpy as np
 
+from susurrus.transports.worker_process import NO_REPLY, READY, ModelSpec, worker_main
+
 log = logging.getLogger("susurrus.workers")
-
-READY = 0  # request id of a worker's "model loaded" message
-NO_REPLY = -1  # request id of a message that is not answered (close)
-
 
 class WorkerDied(RuntimeError):
     """The worker process hosting a stream exited: the stream is lost."""
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """What a worker loads: ``load_model(source, int8_output=..., compute_type=...)`` with
-    ``threads`` torch threads."""
-
-    source: str
-    threads: int = 1
-    int8_output: bool = False
-    compute_type: str = "float32"
-
-
-def model_spec(model: Any, threads: int | None = None) -> ModelSpec:
-    """The spec that reloads a loaded :class:`~susurrus.api.WhisperModel` in another process."""
+def model_spec(model: Any, threads: int | None = None, batched: bool = True) -> ModelSpec:
+    """The spec that reloads a loaded :class:`~susurrus.api.WhisperModel` in another process
+    (``batched``: its streams stepped together)."""
     return ModelSpec(str(getattr(model, "source", model.name)), threads or 1,
-                     bool(getattr(model, "int8_output", False)), str(getattr(model, "compute_type", "float32")))
+                     bool(getattr(model, "int8_output", False)), str(getattr(model, "compute_type", "float32")),
+                     batched)
 
 
 # ---------------------------------------------------------------------------- compute accounting
@@ -81,84 +70,6 @@ def _account(compute_s: float, waited_s: float) -> None:
     _clock.adjust = getattr(_clock, "adjust", 0.0) + compute_s - waited_s
 
 
-# ---------------------------------------------------------------------------- the worker process
-
-
-def _portable(err: BaseException) -> BaseException:
-    """``err`` if it survives pickling, else a RuntimeError with its type and message."""
-    try:
-        pickle.loads(pickle.dumps(err))
-        return err
-    except Exception:  # noqa: BLE001
-        return RuntimeError(f"{type(err).__name__}: {err}")
-
-
-def _worker_main(conn: Connection, spec: ModelSpec) -> None:
-    """A worker's loop: load the model, then run requests ``(id, op, session, arg)`` in order and
-    answer ``(id, ok, result or exception, compute seconds, session's samples_fed)``. A session
-    is a stream, or an iterator (``iterate``: ``next`` answers ``(True, item)`` or ``(False, None)``
-    at its end)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server shuts us down
-    import torch
-
-    from susurrus.api import load_model
-
-    torch.set_num_threads(spec.threads)
-    try:
-        model = load_model(spec.source, int8_output=spec.int8_output, compute_type=spec.compute_type)
-        model.stream()  # the shared end-of-audio context, once
-    except BaseException as err:  # noqa: BLE001 - reported to the server, which refuses to start
-        conn.send((READY, False, _portable(err), 0.0, 0))
-        return
-    conn.send((READY, True, None, 0.0, 0))
-    sessions: dict[int, Any] = {}
-    while True:
-        try:
-            req, op, sid, arg = conn.recv()
-        except (EOFError, OSError):  # the server is gone
-            return
-        if op == "exit":
-            return
-        if op == "close":
-            sessions.pop(sid, None)
-            continue
-        t0 = time.perf_counter()
-        try:
-            if op == "open":
-                sessions[sid] = model.stream(**arg)
-                result: Any = sessions[sid].config
-            elif op == "feed":
-                result = sessions[sid].feed(arg)
-            elif op == "finish":
-                result = sessions[sid].finish()
-            elif op == "get":
-                result = getattr(sessions[sid], arg)
-            elif op == "iterate":
-                fn, args = arg
-                sessions[sid] = iter(fn(model, *args))
-                result = None
-            elif op == "next":
-                try:
-                    result = (True, next(sessions[sid]))
-                except StopIteration:
-                    result = (False, None)
-            else:
-                raise ValueError(f"unknown worker request {op!r}")
-            ok = True
-        except KeyError:
-            ok, result = False, RuntimeError(f"no stream {sid} in this worker")
-        except Exception as err:  # noqa: BLE001 - the caller raises it
-            ok, result = False, _portable(err)
-        stream = sessions.get(sid)
-        reply = (req, ok, result, time.perf_counter() - t0, getattr(stream, "samples_fed", 0))
-        try:
-            conn.send(reply)
-        except (pickle.PicklingError, TypeError, AttributeError) as err:
-            conn.send((req, False, RuntimeError(f"reply not picklable: {err}"), reply[3], reply[4]))
-
-
 # ---------------------------------------------------------------------------- the server side
 
 
@@ -170,7 +81,7 @@ class Worker:
     def __init__(self, slot: int, spec: ModelSpec, ctx: Any, on_exit: Callable[[Worker], None]):
         self.slot = slot
         parent, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, spec), name=f"susurrus-worker-{slot}",
+        self.process = ctx.Process(target=worker_main, args=(child, spec), name=f"susurrus-worker-{slot}",
                                    daemon=True)
         self.process.start()
         child.close()

@@ -1,0 +1,119 @@
+"""Engine cost per stream when many streams are stepped together in one process.
+
+N streams, each a different English dev recording (cycled; every stream gets the same number
+of seconds), fed 100 ms at a time round-robin as fast as the CPU goes (the engine's cost, not
+real-time pacing: see server_concurrency.py for that). For each N: the unbatched engine (each
+stream's ``feed`` alone, in turn) and the batched one (``model.streams()``: every stream's
+piece in one ``batch.feed``), core-seconds of this process per audio-second, resident memory,
+and whether each stream's words (text and times) equal its words alone.
+
+    python benchmarks/batched_engine.py --streams 1,8,16,32,48 --seconds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import susurrus  # noqa: E402
+from susurrus.audio.io import decode_audio  # noqa: E402
+from susurrus.evaluation.data import read_manifest  # noqa: E402
+
+SR = 16000
+PIECE = SR // 10
+
+
+def rss_mb() -> float:
+    with open(f"/proc/{os.getpid()}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def recordings(data: Path, n: int, seconds: float) -> list[np.ndarray]:
+    items = [i for i in read_manifest(data / "dev" / "manifest.jsonl") if i.language == "en"]
+    out = []
+    for k in range(n):
+        audio = decode_audio(items[k % len(items)].audio)
+        reps = int(np.ceil(seconds * SR / len(audio)))
+        gap = np.zeros(SR // 2, np.float32)  # recordings back to back, half a second apart
+        out.append(np.concatenate([np.concatenate([audio, gap])] * reps)[: int(seconds * SR)])
+    return out
+
+
+def run_alone(model, audios: list[np.ndarray]) -> tuple[float, list]:
+    streams = [model.stream() for _ in audios]
+    c0 = time.process_time()
+    for i in range(0, max(len(a) for a in audios), PIECE):
+        for s, a in zip(streams, audios):
+            if i < len(a):
+                s.feed(a[i:i + PIECE])
+    for s in streams:
+        s.finish()
+    return time.process_time() - c0, [s.words for s in streams]
+
+
+def run_batched(model, audios: list[np.ndarray]) -> tuple[float, list, float]:
+    batch = model.streams()
+    base = rss_mb()
+    streams = [batch.stream() for _ in audios]
+    c0 = time.process_time()
+    peak = base
+    for i in range(0, max(len(a) for a in audios), PIECE):
+        batch.feed({s: a[i:i + PIECE] for s, a in zip(streams, audios) if i < len(a)})
+        if i % (50 * PIECE) == 0:
+            peak = max(peak, rss_mb())
+    batch.finish(streams)
+    return time.process_time() - c0, [s.words for s in streams], (max(peak, rss_mb()) - base) / len(audios)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--streams", default="1,8,16,32,48", help="stream counts, comma-separated")
+    ap.add_argument("--seconds", type=float, default=30.0, help="audio per stream")
+    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    ap.add_argument("--model", default="tiny.en")
+    ap.add_argument("--compute-type", default="float32")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-alone", action="store_true", help="skip the unbatched runs (and the exactness check)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    model = susurrus.load_model(args.model, compute_type=args.compute_type)
+    model.stream()
+    counts = [int(x) for x in args.streams.split(",")]
+    print(f"model {args.model} ({args.compute_type}), {args.threads} thread(s), {args.seconds:.0f} s of audio per "
+          f"stream, 100 ms pieces; core-s of this process per audio-second\n")
+    print("| streams | unbatched core-s/s | batched core-s/s | batched / unbatched | RSS per stream (MB) | "
+          "streams with the same words as alone | words differing |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n in counts:
+        audios = recordings(args.data, n, args.seconds)
+        total = sum(len(a) for a in audios) / SR
+        gc.collect()
+        cb, words_b, rss = run_batched(model, audios)
+        if args.no_alone:
+            print(f"| {n} | | {cb / total:.4f} | | {rss:.1f} | | |", flush=True)
+            continue
+        ca, words_a = run_alone(model, audios)
+        same = sum([(w.word, w.start, w.end) for w in a] == [(w.word, w.start, w.end) for w in b]
+                   for a, b in zip(words_a, words_b))
+        differing = sum(sum(x.word != y.word for x, y in zip(a, b)) + abs(len(a) - len(b))
+                        for a, b in zip(words_a, words_b))
+        n_words = sum(len(a) for a in words_a)
+        print(f"| {n} | {ca / total:.4f} | {cb / total:.4f} | {cb / ca:.2f} | {rss:.1f} | {same}/{n} | "
+              f"{differing} of {n_words} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

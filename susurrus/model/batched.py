@@ -1,0 +1,107 @@
+"""Many streams' encoder and decoder passes in one: ragged rows packed, not padded.
+
+Each *row* is one stream's call: its new positions (encoder frames or decoder tokens) and its
+own cache (earlier frames' or tokens' keys/values, and for the decoder its audio's
+cross-attention keys/values). The rows' positions are packed into one ``(positions, width)``
+matrix, so every linear layer, layer norm and MLP runs once for the batch and reads its weights
+once; attention, the only part that mixes positions, runs per row over that row's own cache,
+with the same shapes, masks and kernels as the row alone. Nothing is padded, so no row's
+length or cache costs the others anything.
+
+With one row this is the same arithmetic as :meth:`AudioEncoder.forward_frames` and
+:meth:`TextDecoder.forward`; with many, a row's results differ from its results alone only by
+the matrix multiplications' summation order for a different number of rows (measured in
+``tests/test_batched.py`` and docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from susurrus.model.whisper import KV, AudioEncoder, DecoderCache, EncoderCache, ResidualAttentionBlock, TextDecoder
+
+
+def _spans(lengths: Sequence[int]) -> list[tuple[int, int]]:
+    out, at = [], 0
+    for n in lengths:
+        out.append((at, at + n))
+        at += n
+    return out
+
+
+def _block(block: ResidualAttentionBlock, x: Tensor, spans: list[tuple[int, int]], pasts: Sequence[KV | None],
+           masks: Sequence[Tensor | None], crosses: Sequence[KV] | None = None, need_weights: bool = False,
+           ) -> tuple[Tensor, list[KV], list[Tensor | None]]:
+    """One residual block over packed rows ``x`` (positions, width): each row's positions
+    ``spans[i]`` attend to its ``pasts[i]`` and to each other under ``masks[i]`` (and cross-attend
+    to ``crosses[i]``). Returns the output, each row's self-attention keys/values including its
+    new positions, and each row's cross-attention scores (with ``need_weights``)."""
+    attn = block.attn
+    h = block.attn_ln(x)
+    q, k, v = attn.query(h), attn.key(h), attn.value(h)
+    mixed, kvs = [], []
+    for (a, b), past, mask in zip(spans, pasts, masks):
+        kv = KV(k[None, a:b], v[None, a:b]) if past is None else past.append(k[None, a:b], v[None, a:b])
+        kvs.append(kv)
+        mixed.append(attn.mix(q[None, a:b], kv, mask)[0][0])
+    x = x + attn.out(torch.cat(mixed))
+    scores: list[Tensor | None] = [None] * len(spans)
+    if block.cross_attn is not None and crosses is not None:
+        cross = block.cross_attn
+        q = cross.query(block.cross_attn_ln(x))
+        mixed = []
+        for i, ((a, b), kv) in enumerate(zip(spans, crosses)):
+            out, scores[i] = cross.mix(q[None, a:b], kv, need_weights=need_weights)
+            mixed.append(out[0])
+        x = x + cross.out(torch.cat(mixed))
+    x = x + block.mlp(block.mlp_ln(x))
+    return x, kvs, scores
+
+
+def encode_frames(encoder: AudioEncoder, rows: Sequence[tuple[Tensor, EncoderCache, Tensor | None]],
+                  ) -> list[tuple[Tensor, EncoderCache]]:
+    """:meth:`AudioEncoder.forward_frames` for many rows ``(frames (1, T, width), cache, mask)``
+    at once: each row's outputs (1, T, width) and its cache extended by them."""
+    spans = _spans([f.shape[1] for f, _, _ in rows])
+    pos = encoder.positional_embedding
+    x = torch.cat([f[0] + pos[c.length:c.length + f.shape[1]].to(f.dtype) for f, c, _ in rows])
+    masks = [m for _, _, m in rows]
+    layers: list[list[KV]] = []
+    for n, block in enumerate(encoder.blocks):
+        x, kvs, _ = _block(block, x, spans, [c.layers[n] for _, c, _ in rows], masks)
+        layers.append(kvs)
+    x = encoder.ln_post(x)
+    return [(x[None, a:b], EncoderCache([layer[i] for layer in layers])) for i, (a, b) in enumerate(spans)]
+
+
+def decode_tokens(decoder: TextDecoder, rows: Sequence[tuple[Sequence[int], DecoderCache]],
+                  alignment_heads: Tensor) -> list[tuple[Tensor, DecoderCache, Tensor | None]]:
+    """:meth:`TextDecoder.forward` (``project=False``, with ``alignment_heads``) for many rows
+    ``(tokens, cache)`` at once: each row's final hidden states (1, T, width), its cache
+    extended by its tokens, and its alignment heads' cross-attention scores (1, heads, T, 1500)."""
+    spans = _spans([len(t) for t, _ in rows])
+    ids = torch.tensor([t for tokens, _ in rows for t in tokens])
+    offsets = [c.offset for _, c in rows]
+    pos = torch.cat([decoder.positional_embedding[o:o + len(t)] for o, (t, _) in zip(offsets, rows)])
+    x = (decoder.token_embedding(ids) + pos).to(rows[0][1].cross[0].k.dtype)
+    masks = [None if len(t) == 1 else
+             torch.full((len(t), o + len(t)), float("-inf"), dtype=x.dtype).triu_(o + 1)
+             for o, (t, _) in zip(offsets, rows)]
+    self_kv: list[list[KV]] = []
+    picked: list[list[Tensor]] = [[] for _ in rows]
+    for n, block in enumerate(decoder.blocks):
+        heads = alignment_heads[n]
+        need = bool(heads.any())
+        x, kvs, scores = _block(block, x, spans, [c.self_kv[n] for _, c in rows], masks,
+                                [c.cross[n] for _, c in rows], need_weights=need)
+        self_kv.append(kvs)
+        if need:
+            for i, s in enumerate(scores):
+                picked[i].append(s[:, heads])
+    x = decoder.ln(x)
+    return [(x[None, a:b], DecoderCache(c.cross, [layer[i] for layer in self_kv]),
+             torch.cat(picked[i], dim=1) if picked[i] else None)
+            for i, ((a, b), (_, c)) in enumerate(zip(spans, rows))]

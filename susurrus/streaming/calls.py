@@ -1,0 +1,228 @@
+"""A step's model calls as values: run alone, or packed with other streams' calls.
+
+A stream's step (``StreamSession``'s ``feed_steps``, ``finish_steps`` and what they call) is a
+generator: wherever it needs the network it *yields* a call (:class:`EncodeFrames`,
+:class:`DecodeTokens`, :class:`CrossKV`) and is sent back the result. Everything between two
+calls, the commit policy, the guards, word timing, is the stream's own Python over its own
+state. So one step function serves both ways of running:
+
+* :func:`drive` runs one stream's generator, each call alone (``StreamSession.feed``);
+* :class:`Lockstep` runs many streams' generators together: every round it takes the call each
+  of them is waiting on and runs the calls of a kind as one packed pass
+  (:mod:`susurrus.model.batched`), so the weights are read and the per-layer overhead paid once
+  per round instead of once per stream. A stream whose step ends early leaves the round; the
+  others go on. :class:`~susurrus.streaming.batch.StreamBatch` and the server's workers use it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor
+
+from susurrus.model import batched
+from susurrus.model.whisper import KV, DecoderCache, EncoderCache, Whisper
+
+T = TypeVar("T")
+
+
+@dataclass
+class EncodeFrames:
+    """New stem frames (1, T, width) through the encoder blocks against ``cache`` under
+    ``mask``; result: ``(outputs (1, T, width), extended cache)``."""
+
+    frames: Tensor
+    cache: EncoderCache
+    mask: Tensor | None
+
+
+@dataclass
+class DecodeTokens:
+    """``tokens`` through the decoder after ``cache``; result: ``(hidden (1, T', width), cache,
+    alignment-head scores (1, heads, T', 1500), int8 shortlist logits (T', vocab))`` for the
+    positions from ``skip`` on (T' = T - skip; a forced prefix needs no logits)."""
+
+    tokens: list[int]
+    cache: DecoderCache
+    skip: int = 0
+
+
+@dataclass
+class CrossKV:
+    """Encoder outputs (1, T, width) projected to every decoder layer's cross keys/values;
+    result: ``list[KV]``."""
+
+    features: Tensor
+
+
+ModelCall = EncodeFrames | DecodeTokens | CrossKV
+Steps = Generator[ModelCall, Any, T]
+
+
+def _decoded(net: Whisper, call: DecodeTokens, hidden: Tensor, cache: DecoderCache, qk: Tensor | None) -> tuple:
+    hidden = hidden[:, call.skip:]
+    qk = qk[:, :, call.skip:] if qk is not None else None
+    # one int8 projection per row: its activations are quantised per call, so a row's shortlist
+    # logits are those it gets alone
+    return hidden, cache, qk, net.decoder.project_approx(hidden[0])
+
+
+@torch.inference_mode()
+def run_alone(net: Whisper, call: ModelCall) -> Any:
+    """One call, with the network's own forward passes."""
+    if isinstance(call, EncodeFrames):
+        return net.encoder.forward_frames(call.frames, call.cache, call.mask)
+    if isinstance(call, DecodeTokens):
+        hidden, cache, qk = net.decoder(torch.tensor([call.tokens]), call.cache, alignment_heads=net.alignment_heads,
+                                        project=False)
+        return _decoded(net, call, hidden, cache, qk)
+    if isinstance(call, CrossKV):
+        return net.decoder.cross_kv(call.features)
+    raise TypeError(f"not a model call: {call!r}")
+
+
+@torch.inference_mode()
+def run_together(net: Whisper, calls: list[ModelCall]) -> list[Any]:
+    """Every call's result, the calls of each kind run as one packed pass."""
+    results: list[Any] = [None] * len(calls)
+    kinds: dict[type, list[int]] = {}
+    for i, call in enumerate(calls):
+        kinds.setdefault(type(call), []).append(i)
+    for kind, idx in kinds.items():
+        if len(idx) == 1:
+            results[idx[0]] = run_alone(net, calls[idx[0]])
+        elif kind is EncodeFrames:
+            outs = batched.encode_frames(net.encoder, [(c.frames, c.cache, c.mask) for c in (calls[i] for i in idx)])
+            for i, out in zip(idx, outs):
+                results[i] = out
+        elif kind is DecodeTokens:
+            rows = [calls[i] for i in idx]
+            outs = batched.decode_tokens(net.decoder, [(c.tokens, c.cache) for c in rows], net.alignment_heads)
+            kept = [(hidden[:, c.skip:], cache, qk[:, :, c.skip:] if qk is not None else None)
+                    for c, (hidden, cache, qk) in zip(rows, outs)]
+            # the shortlist logits of all rows in one int8 pass (its activations are quantised
+            # per call: a row's approximate logits differ slightly from its own pass; only the
+            # shortlist and the capped tail depend on them, never an exact logit)
+            approx = net.decoder.project_approx(torch.cat([h[0] for h, _, _ in kept]))
+            at = 0
+            for i, (hidden, cache, qk) in zip(idx, kept):
+                n = hidden.shape[1]
+                results[i] = hidden, cache, qk, approx[at:at + n]
+                at += n
+        elif kind is CrossKV:
+            feats = [calls[i].features for i in idx]
+            layers = net.decoder.cross_kv(torch.cat(feats, dim=1))
+            at = 0
+            for i, f in zip(idx, feats):
+                n = f.shape[1]
+                results[i] = [KV(kv.k[:, at:at + n], kv.v[:, at:at + n]) for kv in layers]
+                at += n
+        else:
+            raise TypeError(f"not a model call: {calls[idx[0]]!r}")
+    return results
+
+
+def drive(net: Whisper, steps: Steps[T]) -> T:
+    """Run one generator of model calls to its end, each call alone; its return value."""
+    try:
+        call = next(steps)
+        while True:
+            call = steps.send(run_alone(net, call))
+    except StopIteration as stop:
+        return stop.value
+
+
+class Lockstep:
+    """Many generators of model calls run together, round by round.
+
+    ``add(steps, done)`` starts one; when it ends, ``done(value, error, compute_s)`` is called
+    with its return value (or ``None`` and the exception it raised) and the compute it took: the
+    thread time of its own resumptions plus an equal share of each packed round it took part
+    in. Each :meth:`round` runs the calls that every live generator waits on as packed passes
+    and resumes them. A generator that raises ends alone; if a packed pass itself fails, its
+    calls are run one by one so that only the call that fails reaches its generator."""
+
+    def __init__(self, net: Whisper):
+        self.net = net
+        self._live: list[_Live] = []
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def add(self, steps: Steps[Any], done: Callable[[Any, BaseException | None, float], None]) -> None:
+        self._advance(_Live(steps, None, done), None, None)
+
+    def _advance(self, live: _Live, value: Any, error: BaseException | None) -> None:
+        t0 = time.thread_time()
+        try:
+            live.call = live.steps.throw(error) if error is not None else live.steps.send(value)  # send(None) starts
+        except StopIteration as stop:
+            live.compute += time.thread_time() - t0
+            live.done(stop.value, None, live.compute)
+            return
+        except Exception as err:  # noqa: BLE001 - this generator's failure, not the round's
+            live.compute += time.thread_time() - t0
+            live.done(None, err, live.compute)
+            return
+        live.compute += time.thread_time() - t0
+        self._live.append(live)
+
+    def round(self) -> int:
+        """Run one round; the number of calls it ran."""
+        live, self._live = self._live, []
+        if not live:
+            return 0
+        calls = [entry.call for entry in live]
+        t0 = time.thread_time()
+        try:
+            results: list[Any] = run_together(self.net, calls)
+            errors: list[BaseException | None] = [None] * len(calls)
+        except Exception:  # noqa: BLE001 - find the call that fails
+            results, errors = [], []
+            for call in calls:
+                try:
+                    results.append(run_alone(self.net, call))
+                    errors.append(None)
+                except Exception as err:  # noqa: BLE001
+                    results.append(None)
+                    errors.append(err)
+        share = (time.thread_time() - t0) / len(calls)
+        for entry, result, error in zip(live, results, errors):
+            entry.compute += share
+            self._advance(entry, result, error)
+        return len(calls)
+
+    def run(self, generators: list[Steps[Any]]) -> list[Any]:
+        """Run ``generators`` together to their ends; their return values (an exception one of
+        them raised is raised after all have ended)."""
+        values: list[Any] = [None] * len(generators)
+        failed: list[BaseException] = []
+
+        def finished(i: int) -> Callable[[Any, BaseException | None, float], None]:
+            def done(value: Any, error: BaseException | None, compute_s: float) -> None:
+                values[i] = value
+                if error is not None:
+                    failed.append(error)
+            return done
+
+        for i, steps in enumerate(generators):
+            self.add(steps, finished(i))
+        while self.round():
+            pass
+        if failed:
+            raise failed[0]
+        return values
+
+
+@dataclass
+class _Live:
+    """A generator in a :class:`Lockstep`: the call it waits on, its callback, its compute."""
+
+    steps: Steps[Any]
+    call: ModelCall | None
+    done: Callable[[Any, BaseException | None, float], None]
+    compute: float = 0.0

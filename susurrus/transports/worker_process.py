@@ -1,0 +1,183 @@
+"""Inside a model worker process (``susurrus serve --workers N``): the streams it hosts, stepped
+together.
+
+The server sends requests ``(id, op, session, arg)`` down one pipe; the worker answers each with
+``(id, ok, result or exception, compute seconds, session's samples_fed)``. ``feed`` and
+``finish`` are not run one after another: each becomes its stream's step generator
+(``StreamSession.feed_steps``) in one :class:`~susurrus.streaming.calls.Lockstep`, and the
+worker runs rounds of it, taking in every request that arrived before each round (continuous
+batching, as a batching server keeps its batch full: a stream joins at the next round, and one
+that is done answers at once, without waiting for the others' longer decodes). So the streams
+whose audio is due are encoded and decoded in packed passes, which read the weights and pay the
+Python overhead once per round. A request for a stream whose work is in the lockstep waits
+behind it, so each stream's requests run in order. With ``batched=False`` (``--no-batching``)
+every request runs alone, in order, as before.
+
+Other requests (open, get, close, the REST jobs' ``iterate`` / ``next``) run between rounds.
+The compute a reply reports is the stream's own: its step's Python and an equal share of each
+packed pass it was in (:class:`~susurrus.streaming.calls.Lockstep`).
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+READY = 0  # request id of a worker's "model loaded" message
+NO_REPLY = -1  # request id of a message that is not answered (close)
+STEPPED = ("feed", "finish")  # the requests that run as step generators
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a worker loads: ``load_model(source, int8_output=..., compute_type=...)`` with
+    ``threads`` torch threads; ``batched``: step its streams together."""
+
+    source: str
+    threads: int = 1
+    int8_output: bool = False
+    compute_type: str = "float32"
+    batched: bool = True
+
+
+def portable(err: BaseException) -> BaseException:
+    """``err`` if it survives pickling, else a RuntimeError with its type and message."""
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:  # noqa: BLE001
+        return RuntimeError(f"{type(err).__name__}: {err}")
+
+
+def worker_main(conn: Connection, spec: ModelSpec) -> None:
+    """A worker process: load the model, say so, then serve requests until told to exit or the
+    server is gone."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server shuts us down
+    import torch
+
+    from susurrus.api import load_model
+
+    torch.set_num_threads(spec.threads)
+    try:
+        model = load_model(spec.source, int8_output=spec.int8_output, compute_type=spec.compute_type)
+        model.stream()  # the shared end-of-audio context, once
+    except BaseException as err:  # noqa: BLE001 - reported to the server, which refuses to start
+        conn.send((READY, False, portable(err), 0.0, 0))
+        return
+    conn.send((READY, True, None, 0.0, 0))
+    WorkerLoop(conn, model, spec.batched).run()
+
+
+class WorkerLoop:
+    """The request loop of one worker (see the module's docstring)."""
+
+    def __init__(self, conn: Connection, model: Any, batched: bool = True):
+        from susurrus.streaming.calls import Lockstep
+
+        self.conn = conn
+        self.model = model
+        self.batched = batched
+        self.sessions: dict[int, Any] = {}
+        self.lockstep = Lockstep(model.net)
+        self.busy: dict[int, deque[tuple]] = {}  # stream id -> requests waiting behind its work in the lockstep
+
+    def run(self) -> None:
+        while True:
+            try:
+                if not len(self.lockstep) and not self._take(self.conn.recv()):
+                    return  # (nothing in flight: wait for a request)
+                while self.conn.poll():  # everything that has arrived joins the next round
+                    if not self._take(self.conn.recv()):
+                        return
+            except (EOFError, OSError):  # the server is gone
+                return
+            self.lockstep.round()
+
+    def _take(self, message: tuple) -> bool:
+        """Start a request, or queue it behind its stream's work; False on ``exit``."""
+        if message[1] == "exit":
+            return False
+        sid = message[2]
+        if sid in self.busy:
+            self.busy[sid].append(message)
+        else:
+            self._start(message)
+        return True
+
+    def _start(self, message: tuple) -> None:
+        req, op, sid, arg = message
+        if op in STEPPED and self.batched:
+            try:
+                stream = self.sessions[sid]
+                steps = stream.feed_steps(arg) if op == "feed" else stream.finish_steps()
+            except KeyError:
+                self._reply(req, False, RuntimeError(f"no stream {sid} in this worker"), 0.0, sid)
+            except Exception as err:  # noqa: BLE001 - bad audio, a finished stream: the caller raises it
+                self._reply(req, False, err, 0.0, sid)
+            else:
+                self.busy[sid] = deque()
+                self.lockstep.add(steps, self._ender(req, sid))
+            return
+        t0 = time.perf_counter()
+        try:
+            ok, result = True, self._run(op, sid, arg)
+        except KeyError:
+            ok, result = False, RuntimeError(f"no stream {sid} in this worker")
+        except Exception as err:  # noqa: BLE001 - the caller raises it
+            ok, result = False, err
+        if req != NO_REPLY:
+            self._reply(req, ok, result, time.perf_counter() - t0, sid)
+
+    def _ender(self, req: int, sid: int) -> Callable[[Any, BaseException | None, float], None]:
+        def done(value: Any, error: BaseException | None, compute_s: float) -> None:
+            self._reply(req, error is None, value if error is None else error, compute_s, sid)
+            waiting = self.busy.pop(sid, deque())
+            while waiting:  # the stream's next requests, in order, until one is in flight again
+                message = waiting.popleft()
+                if sid in self.busy:
+                    self.busy[sid].append(message)
+                else:
+                    self._start(message)
+        return done
+
+    def _run(self, op: str, sid: int, arg: Any) -> Any:
+        sessions = self.sessions
+        if op == "close":
+            sessions.pop(sid, None)
+            return None
+        if op == "open":
+            sessions[sid] = self.model.stream(**arg)
+            return sessions[sid].config
+        if op == "feed":
+            return sessions[sid].feed(arg)
+        if op == "finish":
+            return sessions[sid].finish()
+        if op == "get":
+            return getattr(sessions[sid], arg)
+        if op == "iterate":
+            fn, args = arg
+            sessions[sid] = iter(fn(self.model, *args))
+            return None
+        if op == "next":
+            try:
+                return True, next(sessions[sid])
+            except StopIteration:
+                return False, None
+        raise ValueError(f"unknown worker request {op!r}")
+
+    def _reply(self, req: int, ok: bool, result: Any, compute_s: float, sid: int) -> None:
+        if not ok:
+            result = portable(result)
+        stream = self.sessions.get(sid)
+        reply = (req, ok, result, compute_s, getattr(stream, "samples_fed", 0))
+        try:
+            self.conn.send(reply)
+        except (pickle.PicklingError, TypeError, AttributeError) as err:
+            self.conn.send((req, False, RuntimeError(f"reply not picklable: {err}"), compute_s, reply[4]))

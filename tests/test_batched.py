@@ -1,0 +1,145 @@
+"""Many streams stepped together (``model.streams()``, ``Lockstep``, the packed passes of
+``model/batched.py``) give each stream what it gets alone; one stream's failure stays its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from susurrus.audio.io import decode_audio
+from susurrus.model import batched
+from susurrus.model.whisper import DecoderCache, EncoderCache
+from susurrus.streaming.batch import BatchError
+from susurrus.streaming.calls import DecodeTokens, Lockstep
+from susurrus.streaming.vad import TurnConfig
+
+SR = 16000
+
+
+def test_packed_passes_equal_each_row_alone(tiny):
+    """Rows of different lengths over caches of different lengths (one masked as the silence
+    continuation is): packed outputs and caches equal each row's own forward pass."""
+    net = tiny.net
+    torch.manual_seed(0)
+    width = net.dims.n_audio_state
+    rows = []
+    for n_past, n_new in ((0, 7), (40, 25), (13, 60)):
+        cache = EncoderCache.empty(net.dims.n_audio_layer)
+        if n_past:
+            _, cache = net.encoder.forward_frames(torch.randn(1, n_past, width), cache)
+        mask = None
+        if n_new == 60:
+            mask = torch.zeros(n_new, n_past + n_new)
+            mask[:50, n_past + 50:] = -float("inf")
+        rows.append((torch.randn(1, n_new, width), cache, mask))
+    with torch.inference_mode():
+        packed = batched.encode_frames(net.encoder, rows)
+        for (frames, cache, mask), (out, new_cache) in zip(rows, packed):
+            ref, ref_cache = net.encoder.forward_frames(frames, cache, mask)
+            assert torch.allclose(out, ref, atol=1e-5)
+            assert new_cache.length == ref_cache.length
+            assert torch.allclose(new_cache.layers[-1].k, ref_cache.layers[-1].k, atol=1e-5)
+
+        audio = [net.decoder.cross_kv(torch.randn(1, 1500, width)) for _ in range(3)]
+        prompt = [50257, 50362]
+        drows = []
+        for cross, past in zip(audio, ([], [314, 561, 290], [11, 12])):
+            cache = DecoderCache(cross, [None] * net.dims.n_text_layer)
+            if past:
+                _, cache, _ = net.decoder(torch.tensor([prompt + past]), cache, project=False)
+            drows.append(([464] if past else prompt, cache))
+        outs = batched.decode_tokens(net.decoder, drows, net.alignment_heads)
+        for (tokens, cache), (hidden, new_cache, qk) in zip(drows, outs):
+            ref, ref_cache, ref_qk = net.decoder(torch.tensor([tokens]), cache, alignment_heads=net.alignment_heads,
+                                                 project=False)
+            assert torch.allclose(hidden, ref, atol=1e-4)
+            assert torch.allclose(qk, ref_qk, atol=1e-3)
+            assert new_cache.offset == ref_cache.offset
+
+
+def _alone(model, audio: np.ndarray, piece: int, settings: dict) -> list:
+    stream = model.stream(**settings)
+    for i in range(0, len(audio), piece):
+        stream.feed(audio[i:i + piece])
+    stream.finish()
+    return stream.words
+
+
+def test_streams_stepped_together_equal_each_stream_alone(tiny, dev_items, hard_items):
+    """Nine real recordings of different lengths (dev and hard: accents, noise, telephone band),
+    two of them with turn detection, fed in pieces of different sizes and started at different
+    times, stepped together: each stream commits the words (text and times) it commits alone."""
+    english = [item for item in dev_items if item.language == "en"]
+    items = english[:3] + [english[-3], english[-1]] + hard_items[:: max(1, len(hard_items) // 4)][:4]
+    audios = [decode_audio(item.audio) for item in items]
+    pieces = [1600, 2400, 800, 4000, 1600]
+    settings = [dict(turns=TurnConfig()) if k in (2, 7) else {} for k in range(len(items))]
+    batch = tiny.streams()
+    streams = [batch.stream(**s) for s in settings]
+    starts = [3 * k * 1600 for k in range(len(items))]  # later streams join while others run
+    offsets = [0] * len(items)
+    t = 0
+    while any(o < len(a) for o, a in zip(offsets, audios)):
+        todo = {}
+        for k, (stream, audio) in enumerate(zip(streams, audios)):
+            if t >= starts[k] and offsets[k] < len(audio):
+                piece = pieces[k % len(pieces)]
+                todo[stream] = audio[offsets[k]:offsets[k] + piece]
+                offsets[k] += piece
+        batch.feed(todo)
+        t += 1600
+    batch.finish(streams)
+    for k, (stream, audio) in enumerate(zip(streams, audios)):
+        alone = _alone(tiny, audio, pieces[k % len(pieces)], settings[k])
+        assert [w.word for w in stream.words] == [w.word for w in alone], items[k].id
+        assert np.allclose([w.start for w in stream.words], [w.start for w in alone], atol=0.021)
+    assert sum(len(s.words) for s in streams) > 100
+
+
+def test_one_streams_bad_audio_fails_only_that_stream(tiny, dev_item):
+    """NaN audio for one stream: a BatchError names it, the other streams' events come back,
+    and the failed stream loses nothing it had accepted: it goes on and finishes as if the bad
+    piece had never been sent."""
+    audio = decode_audio(dev_item("jfk_inaugural").audio)[: 6 * SR]
+    batch = tiny.streams()
+    good, bad = batch.stream(), batch.stream()
+    batch.feed({good: audio[:SR], bad: audio[:SR]})
+    nan = audio[SR:2 * SR].copy()
+    nan[100] = np.nan
+    with pytest.raises(BatchError) as caught:
+        batch.feed({good: audio[SR:2 * SR], bad: nan})
+    assert set(caught.value.errors) == {bad} and "NaN" in str(caught.value.errors[bad])
+    assert good in caught.value.events
+    batch.feed({good: audio[2 * SR:], bad: audio[SR:]})
+    batch.finish([good, bad])
+    assert bad.text == good.text and len(good.words) >= 5
+    with pytest.raises(ValueError, match="not a stream of this batch"):
+        batch.feed({object(): audio})
+
+
+def test_a_failing_generator_ends_alone(tiny):
+    """A step generator that raises after its first call ends with its error; the others in
+    the same rounds run to their ends."""
+    net = tiny.net
+    cross = net.decoder.cross_kv(torch.zeros(1, 1500, net.dims.n_audio_state))
+
+    def steps(n: int, fail: bool):
+        cache = DecoderCache(cross, [None] * net.dims.n_text_layer)
+        _, cache, _, _ = yield DecodeTokens([50257, 50362], cache)
+        if fail:
+            raise RuntimeError("stream broke")
+        for _ in range(n):
+            _, cache, _, _ = yield DecodeTokens([464], cache)
+        return cache.offset
+
+    ended = {}
+    lockstep = Lockstep(net)
+    for name, n, fail in (("a", 1, False), ("b", 3, True), ("c", 4, False)):
+        lockstep.add(steps(n, fail), lambda v, e, c, name=name: ended.setdefault(name, (v, e, c)))
+    rounds = 0
+    while lockstep.round():
+        rounds += 1
+    assert ended["a"][0] == 3 and ended["c"][0] == 6 and rounds == 5
+    assert isinstance(ended["b"][1], RuntimeError) and ended["b"][0] is None
+    assert all(c > 0 for _, _, c in ended.values())
