@@ -123,10 +123,11 @@ def _stat(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def server_cpu_seconds(pid: int) -> float:
-    """CPU seconds of the server process and its descendants (the worker processes)."""
+def server_cpu_seconds(pid: int, own: bool = False) -> float:
+    """CPU seconds of the server process and its descendants (the worker processes); ``own``:
+    of the server process alone."""
     total = 0.0
-    for p in [pid, *_descendants(pid)]:
+    for p in [pid] if own else [pid, *_descendants(pid)]:
         try:
             f = _stat(p)
         except OSError:
@@ -219,7 +220,7 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
             except OSError:
                 time.sleep(0.1)
         idle_rss = server_rss_mb(server.pid)
-        cpu0 = server_cpu_seconds(server.pid)
+        cpu0, own0 = server_cpu_seconds(server.pid), server_cpu_seconds(server.pid, own=True)
         wall0 = time.perf_counter()
         url = f"ws://127.0.0.1:{port}/v1/realtime"
 
@@ -237,10 +238,11 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
         asyncio.run(everyone())
         wall = time.perf_counter() - wall0
         cpu = server_cpu_seconds(server.pid) - cpu0
+        own = server_cpu_seconds(server.pid, own=True) - own0
     finally:
         server.terminate()
         server.wait(timeout=30)
-    return {"cpu": cpu, "wall": wall, "rss": rss[0], "idle_rss": idle_rss}
+    return {"cpu": cpu, "own": own, "wall": wall, "rss": rss[0], "idle_rss": idle_rss}
 
 
 def stream_alone(model, r: Result) -> str:
@@ -304,7 +306,7 @@ def summary(model, results: list[Result], run: dict) -> dict:
             "wer_ref": corpus_error_rate([(r.reference, r.transcript) for r in results]),
             "wer_stream": corpus_error_rate([(a, r.transcript) for a, r in zip(alone, results)]),
             "lag": max(r.commit_lag for r in results), "errors": sum(len(r.errors) for r in results),
-            "cores": run["cpu"] / run["wall"], "cost": run["cpu"] / audio, "rss": run["rss"],
+            "cores": run["cpu"] / run["wall"], "cost": run["cpu"] / audio, "own": run["own"] / audio, "rss": run["rss"],
             "idle_rss": run["idle_rss"], "audio": audio}
 
 
@@ -314,8 +316,8 @@ def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[bool
           f"{args.workers} worker processes, {args.threads} torch thread(s) each, {os.cpu_count()} cores\n")
     print("| engine | clients | wall latency mean / p90 s | 1st / 2nd half s | worst growth s | same text as "
           "model.stream | WER vs ref % | WER vs model.stream % | commit → completed max s | cores busy | "
-          "core-s per audio-s | RSS MB (idle → peak) | errors |")
-    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+          "core-s per audio-s (server process alone) | RSS MB (idle → peak) | errors |")
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|")
     for n in counts:
         for batched in engines:
             results = chosen_audio(args, n)
@@ -323,7 +325,8 @@ def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[bool
             print(f"| {'batched' if batched else 'one at a time'} | {n} | {row['mean']:.2f} / {row['p90']:.2f} | "
                   f"{row['first']:.2f} / {row['second']:.2f} | {row['growth']:+.2f} | {row['same']}/{n} | "
                   f"{row['wer_ref']:.2f} | {row['wer_stream']:.2f} | {row['lag']:.2f} | {row['cores']:.2f} | "
-                  f"{row['cost']:.3f} | {row['idle_rss']:.0f} → {row['rss']:.0f} | {row['errors']} |", flush=True)
+                  f"{row['cost']:.3f} ({row['own']:.3f}) | {row['idle_rss']:.0f} → {row['rss']:.0f} | "
+                  f"{row['errors']} |", flush=True)
 
 
 def per_file_table(args: argparse.Namespace, model, results: list[Result], run: dict, batched: bool) -> None:

@@ -331,3 +331,52 @@ def test_tls(tiny, tmp_path):
         assert health["status"] == "ok"
         with Conn(srv.url, ssl=context) as c:
             assert c.recv()["type"] == "session.created"
+
+
+def test_new_sessions_are_refused_while_the_model_is_behind_real_time(tiny, dev_item):
+    """Two long uploads take both of the server's model threads; a session's 1.5 s of audio
+    (sent at real-time pace: within 2 s of its clock) then waits behind them, so the model is
+    behind real time: /healthz says overloaded, /metrics shows the backlog, and a new session is
+    refused with server_overloaded and close 1013 while the open one goes on. Once the model has
+    caught up, sessions are accepted again and the open session's audio was all transcribed."""
+    import openai
+
+    from susurrus.transports.realtime_settings import Limits
+    from susurrus.transports.server import BackgroundServer
+
+    upload = dev_item("asset_two_cities").audio  # 44 s: seconds of offline decoding each
+    audio = decode_audio(dev_item(SHORT5).audio)[: int(1.5 * 16000)]
+    with BackgroundServer(tiny, limits=Limits(overload_lag_s=0.5, max_sessions=8), workers=0) as srv:
+        client = openai.OpenAI(api_key="k", base_url=f"{srv.http_url}/v1", max_retries=0)
+
+        def transcribe() -> None:
+            with open(upload, "rb") as f:
+                client.audio.transcriptions.create(model="whisper-1", file=f)
+
+        jobs = [threading.Thread(target=transcribe) for _ in range(2)]
+        for job in jobs:
+            job.start()
+        wait_for_metric(srv.http_url, "susurrus_http_requests_open", lambda v: v >= 2)
+        with Conn(srv.url) as a:
+            a.until("session.created")
+            a.send(update_event())
+            a.until("session.updated")
+            a.append(pcm16_at(audio, 24000), len(audio) * 3 // 2)
+            wait_for_metric(srv.http_url, 'susurrus_backlog_seconds{quantile="0.5"}', lambda v: v >= 1.0)
+            health = json.loads(urllib.request.urlopen(f"{srv.http_url}/healthz").read())
+            assert health["status"] == "overloaded" and health["backlog_s"] >= 1.0
+            assert metrics(srv.http_url)["susurrus_overloaded"] == 1
+            with Conn(srv.url) as b:
+                closed, seen = _closed(b)
+            assert closed.rcvd.code == 1013
+            assert [e["error"]["code"] for e in seen if e["type"] == "error"] == ["server_overloaded"]
+            for job in jobs:
+                job.join(timeout=120)
+            a.send({"type": "input_audio_buffer.commit"})
+            done = a.until(COMPLETED)
+            assert len(done["transcript"].split()) >= 2
+        wait_for_metric(srv.http_url, "susurrus_overloaded", lambda v: v == 0)
+        with Conn(srv.url) as c:
+            assert c.recv()["type"] == "session.created"
+        m = metrics(srv.http_url)
+        assert m['susurrus_sessions_refused_total{reason="server_overloaded"}'] == 1

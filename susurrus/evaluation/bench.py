@@ -197,6 +197,25 @@ def stream_item(net, tokenizer, audio: np.ndarray, config: StreamConfig,
     return session, time.process_time() - c0
 
 
+def stream_together(model, audios: list[np.ndarray], configs: list[StreamConfig], silence=None,
+                    vad=None) -> list[tuple[StreamSession, float]]:
+    """Stream ``audios`` at once, stepped together (:class:`~susurrus.streaming.batch.StreamBatch`),
+    each in chunk-sized pieces; the sessions and each one's share of the CPU seconds (by audio
+    length)."""
+    from susurrus.streaming.batch import StreamBatch
+
+    batch = StreamBatch(model)
+    sessions = [StreamSession(model.net, model.tokenizer, cfg, silence, vad) for cfg in configs]
+    block = configs[0].chunk_ms * 16
+    c0 = time.process_time()
+    for i in range(0, max(len(a) for a in audios), block):
+        batch.feed({s: a[i:i + block] for s, a in zip(sessions, audios) if i < len(a)})
+    batch.finish(sessions)
+    cpu = time.process_time() - c0
+    total = sum(len(a) for a in audios)
+    return [(s, cpu * len(a) / total) for s, a in zip(sessions, audios)]
+
+
 def word_latencies(stream_words, offline_words: list[Word]) -> list[float]:
     """emitted_at minus the offline end time of the same word, for words both agree on."""
     hyp_tokens, hyp_owner = normalized_words(stream_words)
@@ -220,11 +239,13 @@ def offline_reference(model, audio: np.ndarray, language: str | None) -> tuple[s
 
 
 def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = True,
-        detect_language: bool = False, offline_cache: str | None = None) -> list[BenchResult]:
+        detect_language: bool = False, offline_cache: str | None = None, together: int = 1) -> list[BenchResult]:
     """Stream and transcribe ``items`` with each setting. The item's language is given to both
     unless ``detect_language`` (multilingual models then detect it, offline and streaming).
     ``offline_cache``: a JSON file keeping the offline transcriptions between runs (keyed by
-    model, item, audio length and language; delete it when the offline decoding changes)."""
+    model, item, audio length and language; delete it when the offline decoding changes).
+    ``together``: stream that many items at once, stepped together (their cost is the group's,
+    shared by audio length)."""
     net, tokenizer = model.net, model.tokenizer
     audio = {}
     for item in items:  # all read first: a file that is not audio fails before any work
@@ -262,12 +283,21 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
     results = []
     for config in configs:
         res = BenchResult(config=config, full_encode_s=statistics.median(times))
-        for item in tqdm(items, desc=f"stream {config.chunk_ms}/{config.lookahead_ms}/{config.commit_margin_ms}",
-                         disable=not progress, file=sys.stderr):
-            cfg = config if language(item) is None else _with_language(config, language(item))
-            session, cpu = stream_item(net, tokenizer, audio[item.id], cfg, silence, vad)
-            res.step_times.extend(s.compute_s for s in session.stats)
-            res.items.append(score_item(item, session, offline[item.id], len(audio[item.id]) / 16000, cpu))
+        groups = [items[i:i + together] for i in range(0, len(items), max(1, together))]
+        bar = tqdm(total=len(items), desc=f"stream {config.chunk_ms}/{config.lookahead_ms}/{config.commit_margin_ms}",
+                   disable=not progress, file=sys.stderr)
+        for group in groups:
+            cfgs = [config if language(item) is None else _with_language(config, language(item)) for item in group]
+            if len(group) == 1:
+                done = [stream_item(net, tokenizer, audio[group[0].id], cfgs[0], silence, vad)]
+            else:
+                done = stream_together(model, [audio[item.id] for item in group], cfgs, silence, vad)
+            for item, (session, cpu) in zip(group, done):
+                if len(group) == 1:
+                    res.step_times.extend(s.compute_s for s in session.stats)
+                res.items.append(score_item(item, session, offline[item.id], len(audio[item.id]) / 16000, cpu))
+            bar.update(len(group))
+        bar.close()
         res.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         results.append(res)
     return results

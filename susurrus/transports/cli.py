@@ -177,7 +177,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(f"susurrus bench: {e}", file=sys.stderr)
         return 2
     try:
-        results = bench.run(model, items, configs, progress=sys.stderr.isatty(),
+        results = bench.run(model, items, configs, progress=sys.stderr.isatty(), together=args.streams,
                             detect_language=args.detect_language, offline_cache=args.offline_cache)
     except bench.AudioError as err:
         print(f"susurrus bench: {err}", file=sys.stderr)
@@ -224,7 +224,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                                 int8_output=args.int8_output, compute_type=args.compute_type)
     limits = Limits(max_message_bytes=args.max_message_kb * 1024, max_buffered_s=args.max_buffered_s,
                     max_sessions=args.max_sessions, max_outbound_bytes=args.max_outbound_kb * 1024,
-                    idle_s=args.idle_timeout_s, max_session_s=args.max_session_s)
+                    idle_s=args.idle_timeout_s, max_session_s=args.max_session_s,
+                    overload_lag_s=args.overload_lag_s)
     uploads = UploadLimits(max_bytes=round(args.max_upload_mb * 1024 * 1024), max_seconds=args.max_upload_s)
     shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0", "::") else args.host
     http, ws = ("https", "wss") if args.ssl_certfile else ("http", "ws")
@@ -255,7 +256,8 @@ def _cmd_serve_ray(args: argparse.Namespace) -> int:
         model=args.model, threads=args.threads, int8_output=args.int8_output,
         limits=Limits(max_message_bytes=args.max_message_kb * 1024, max_buffered_s=args.max_buffered_s,
                       max_sessions=per_replica, max_outbound_bytes=args.max_outbound_kb * 1024,
-                      idle_s=args.idle_timeout_s, max_session_s=args.max_session_s),
+                      idle_s=args.idle_timeout_s, max_session_s=args.max_session_s,
+                      overload_lag_s=args.overload_lag_s),
         uploads=UploadLimits(max_bytes=round(args.max_upload_mb * 1024 * 1024), max_seconds=args.max_upload_s),
         api_key=args.api_key, allowed_origins=args.allowed_origins, drain_s=args.drain_s,
         scale_down_grace_s=args.scale_down_grace_s)
@@ -409,6 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--exclude-approximate", action="store_true",
                    help="leave out items whose reference text is marked approximate")
     b.add_argument("--limit", type=int, default=None, help="first N items only")
+    b.add_argument("--streams", type=int_range(1), default=1, metavar="N",
+                   help="stream N items at once, stepped together as a server's worker steps its sessions (the "
+                        "cost column is then each item's share of the group's CPU) (default: %(default)s)")
     b.add_argument("--sweep", action="store_true", help="run the low, medium and high presets")
     b.add_argument("--presets", default=None, metavar="LIST",
                    help="run these presets, comma-separated (e.g. medium,high)")

@@ -40,6 +40,7 @@ clear, as the OpenAI Agents SDK ends its input, keeps the committed turn).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -89,6 +90,7 @@ class RealtimeSession:
         self.chain = ItemChain()
         self.pending_s = 0.0  # accepted audio not yet transcribed
         self.accepted_s = 0.0  # all audio accepted in the session (the clock of speech_started/stopped)
+        self.first_audio_at: float | None = None  # time.monotonic() of the first audio accepted
 
     @property
     def previous_item_id(self) -> str | None:
@@ -166,6 +168,8 @@ class RealtimeSession:
         target.accepted_samples += len(pcm)
         self.pending_s += seconds
         self.accepted_s += seconds
+        if self.first_audio_at is None:
+            self.first_audio_at = time.monotonic()
         self.metrics.accepted(seconds)
         return [Work("append", target, pcm)]
 
@@ -215,6 +219,14 @@ class RealtimeSession:
             more, works = self.commit()
             return events + more, works
         return events, []
+
+    def behind_s(self, now: float, slack_s: float = 2.0) -> float | None:
+        """Seconds of accepted audio waiting for the model, for a client that sends at real-time
+        pace; None for one that has sent more than ``slack_s`` ahead of the clock (a file sent at
+        once: its backlog is its own doing, not the server's) or has sent nothing yet."""
+        if self.first_audio_at is None or self.accepted_s > now - self.first_audio_at + slack_s:
+            return None
+        return self.pending_s
 
     @property
     def has_room(self) -> bool:

@@ -49,7 +49,12 @@ class Limits:
     clients that went away without closing (a suspended laptop, a tab left open) and gives their
     slot of ``max_sessions`` back. ``max_session_s``: a session this old is ended like a
     shutdown (its open item committed and completed, then 1000); 0, the default, is no limit: a
-    live-captioning session may run for hours at bounded memory. 0 turns either timer off."""
+    live-captioning session may run for hours at bounded memory. 0 turns either timer off.
+    ``overload_lag_s``: new sessions are refused (``server_overloaded``, 1013) while the median
+    open session of a client sending at real-time pace has more than this much accepted audio
+    waiting for the model: the model is falling behind real time, and one more stream would slow
+    every stream further (0: never). Clients that send faster than real time (a file at once)
+    are left out: their backlog is their own."""
 
     max_message_bytes: int = 1 << 20
     max_buffered_s: float = 20.0
@@ -57,6 +62,7 @@ class Limits:
     max_outbound_bytes: int = 1 << 20
     idle_s: float = 300.0
     max_session_s: float = 0.0
+    overload_lag_s: float = 1.5
 
 
 @dataclass(frozen=True)
