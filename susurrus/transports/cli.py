@@ -57,6 +57,11 @@ def _add_limit_args(p: argparse.ArgumentParser) -> None:
                    help="audio per session accepted but not yet transcribed, in seconds; at this much the "
                         "server stops reading the connection until the model catches up, so TCP slows a fast "
                         "sender down (flow control: no audio is refused) (default: %(default)s)")
+    p.add_argument("--overload-lag-s", type=float_range(0.0), default=1.5,
+                   help="refuse new sessions (close code 1013, error server_overloaded; /healthz says overloaded, "
+                        "/metrics susurrus_overloaded 1) while the median open session of a client sending at "
+                        "real-time pace has more than this many seconds of audio waiting for the model, i.e. the "
+                        "model is behind real time; open sessions go on; 0: never (default: %(default)s)")
     p.add_argument("--max-outbound-kb", type=int_range(0), default=1024,
                    help="server events queued for a client that does not read them, in KiB, beyond what its "
                         "socket holds; past it the session is closed (close code 1008, error client_too_slow) and "
