@@ -5,7 +5,7 @@ of seconds), fed 100 ms at a time round-robin as fast as the CPU goes (the engin
 real-time pacing: see server_concurrency.py for that). For each N: the unbatched engine (each
 stream's ``feed`` alone, in turn) and the batched one (``model.streams()``: every stream's
 piece in one ``batch.feed``), core-seconds of this process per audio-second, resident memory,
-and whether each stream's words (text and times) equal its words alone.
+and whether each stream's words (text, then times) equal its words alone.
 
     python benchmarks/batched_engine.py --streams 1,8,16,32,48 --seconds 30
 """
@@ -92,27 +92,34 @@ def main() -> None:
     model = susurrus.load_model(args.model, compute_type=args.compute_type)
     model.stream()
     counts = [int(x) for x in args.streams.split(",")]
+    warm = recordings(args.data, 2, 5.0)  # a first run pays for allocations the later ones reuse
+    run_batched(model, warm)
+    run_alone(model, warm)
     print(f"model {args.model} ({args.compute_type}), {args.threads} thread(s), {args.seconds:.0f} s of audio per "
           f"stream, 100 ms pieces; core-s of this process per audio-second\n")
     print("| streams | unbatched core-s/s | batched core-s/s | batched / unbatched | RSS per stream (MB) | "
-          "streams with the same words as alone | words differing |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+          "streams with the same text as alone | words differing | streams with the same word times too | "
+          "largest word-start shift s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in counts:
         audios = recordings(args.data, n, args.seconds)
         total = sum(len(a) for a in audios) / SR
         gc.collect()
         cb, words_b, rss = run_batched(model, audios)
         if args.no_alone:
-            print(f"| {n} | | {cb / total:.4f} | | {rss:.1f} | | |", flush=True)
+            print(f"| {n} | | {cb / total:.4f} | | {rss:.1f} | | | | |", flush=True)
             continue
         ca, words_a = run_alone(model, audios)
+        same_text = sum([w.word for w in a] == [w.word for w in b] for a, b in zip(words_a, words_b))
         same = sum([(w.word, w.start, w.end) for w in a] == [(w.word, w.start, w.end) for w in b]
                    for a, b in zip(words_a, words_b))
+        shift = max((abs(x.start - y.start) for a, b in zip(words_a, words_b) for x, y in zip(a, b)
+                     if x.word == y.word), default=0.0)
         differing = sum(sum(x.word != y.word for x, y in zip(a, b)) + abs(len(a) - len(b))
                         for a, b in zip(words_a, words_b))
         n_words = sum(len(a) for a in words_a)
-        print(f"| {n} | {ca / total:.4f} | {cb / total:.4f} | {cb / ca:.2f} | {rss:.1f} | {same}/{n} | "
-              f"{differing} of {n_words} |", flush=True)
+        print(f"| {n} | {ca / total:.4f} | {cb / total:.4f} | {cb / ca:.2f} | {rss:.1f} | {same_text}/{n} | "
+              f"{differing} of {n_words} | {same}/{n} | {shift:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -143,3 +143,37 @@ def test_a_failing_generator_ends_alone(tiny):
     assert ended["a"][0] == 3 and ended["c"][0] == 6 and rounds == 5
     assert isinstance(ended["b"][1], RuntimeError) and ended["b"][0] is None
     assert all(c > 0 for _, _, c in ended.values())
+
+
+def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, dev_items):
+    """One worker process, four streams fed at once from four threads (as the server's sessions
+    feed it): the worker's rounds carry several streams' calls, and each stream's text is what
+    ``model.stream()`` gives alone."""
+    import threading
+
+    from susurrus.transports.workers import WorkerPool, model_spec
+
+    english = [item for item in dev_items if item.language == "en"][:4]
+    audios = [decode_audio(item.audio)[: 8 * SR] for item in english]
+    with WorkerPool(model_spec(tiny, 1), 1) as pool:
+        streams = [pool.stream() for _ in audios]
+
+        def run(stream, audio) -> None:
+            for i in range(0, len(audio), 1600):
+                stream.feed(audio[i:i + 1600])
+            stream.finish()
+
+        threads = [threading.Thread(target=run, args=pair) for pair in zip(streams, audios)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        texts = [s.text for s in streams]
+        ok, stats, _, _ = pool.workers[0].call("stats", 0).result(timeout=30)
+    assert ok and stats["calls"] > stats["rounds"] > 0
+    for audio, text in zip(audios, texts):
+        assert text == _alone_text(tiny, audio)
+
+
+def _alone_text(model, audio: np.ndarray) -> str:
+    return "".join(w.word for w in _alone(model, audio, 1600, {}))

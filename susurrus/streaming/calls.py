@@ -149,6 +149,8 @@ class Lockstep:
     def __init__(self, net: Whisper):
         self.net = net
         self._live: list[_Live] = []
+        self.rounds = 0  # rounds run so far
+        self.calls = 0  # calls run so far (calls / rounds: how many streams a round carried)
 
     def __len__(self) -> int:
         return len(self._live)
@@ -191,6 +193,8 @@ class Lockstep:
                     results.append(None)
                     errors.append(err)
         share = (time.thread_time() - t0) / len(calls)
+        self.rounds += 1
+        self.calls += len(calls)
         for entry, result, error in zip(live, results, errors):
             entry.compute += share
             self._advance(entry, result, error)

@@ -13,7 +13,8 @@ Python overhead once per round. A request for a stream whose work is in the lock
 behind it, so each stream's requests run in order. With ``batched=False`` (``--no-batching``)
 every request runs alone, in order, as before.
 
-Other requests (open, get, close, the REST jobs' ``iterate`` / ``next``) run between rounds.
+Other requests (open, get, close, the REST jobs' ``iterate`` / ``next``, ``stats``: the
+lockstep's rounds and calls so far) run between rounds.
 The compute a reply reports is the stream's own: its step's Python and an equal share of each
 packed pass it was in (:class:`~susurrus.streaming.calls.Lockstep`).
 """
@@ -161,6 +162,8 @@ class WorkerLoop:
             return sessions[sid].finish()
         if op == "get":
             return getattr(sessions[sid], arg)
+        if op == "stats":  # how much the lockstep batched so far
+            return {"rounds": self.lockstep.rounds, "calls": self.lockstep.calls}
         if op == "iterate":
             fn, args = arg
             sessions[sid] = iter(fn(self.model, *args))
