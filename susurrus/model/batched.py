@@ -11,7 +11,9 @@ length or cache costs the others anything.
 With one row this is the same arithmetic as :meth:`AudioEncoder.forward_frames` and
 :meth:`TextDecoder.forward`; with many, a row's results differ from its results alone only by
 the matrix multiplications' summation order for a different number of rows (measured in
-``tests/test_batched.py`` and docs/benchmarks.md).
+``tests/test_batched.py`` and docs/benchmarks.md). Float layers only: an int8 layer quantises
+its input per pass, so packed rows would change each other's results (``calls.run_together``
+runs such parts row by row).
 """
 
 from __future__ import annotations

@@ -85,6 +85,11 @@ def run_alone(net: Whisper, call: ModelCall) -> Any:
     raise TypeError(f"not a model call: {call!r}")
 
 
+def _quantized(part: torch.nn.Module) -> bool:
+    """Whether ``part``'s blocks run int8 dynamically quantised linear layers (``compute_type``)."""
+    return any("quantized" in type(m).__module__ for m in part.blocks.modules())
+
+
 @torch.inference_mode()
 def run_together(net: Whisper, calls: list[ModelCall]) -> list[Any]:
     """Every call's result, the calls of each kind run as one packed pass."""
@@ -99,20 +104,17 @@ def run_together(net: Whisper, calls: list[ModelCall]) -> list[Any]:
             outs = batched.encode_frames(net.encoder, [(c.frames, c.cache, c.mask) for c in (calls[i] for i in idx)])
             for i, out in zip(idx, outs):
                 results[i] = out
+        elif kind is EncodeFrames and _quantized(net.encoder):
+            for i in idx:  # int8 layers quantise their input per pass: packed, a row would depend on the others
+                results[i] = run_alone(net, calls[i])
+        elif kind is DecodeTokens and _quantized(net.decoder):
+            for i in idx:
+                results[i] = run_alone(net, calls[i])
         elif kind is DecodeTokens:
             rows = [calls[i] for i in idx]
             outs = batched.decode_tokens(net.decoder, [(c.tokens, c.cache) for c in rows], net.alignment_heads)
-            kept = [(hidden[:, c.skip:], cache, qk[:, :, c.skip:] if qk is not None else None)
-                    for c, (hidden, cache, qk) in zip(rows, outs)]
-            # the shortlist logits of all rows in one int8 pass (its activations are quantised
-            # per call: a row's approximate logits differ slightly from its own pass; only the
-            # shortlist and the capped tail depend on them, never an exact logit)
-            approx = net.decoder.project_approx(torch.cat([h[0] for h, _, _ in kept]))
-            at = 0
-            for i, (hidden, cache, qk) in zip(idx, kept):
-                n = hidden.shape[1]
-                results[i] = hidden, cache, qk, approx[at:at + n]
-                at += n
+            for i, call, (hidden, cache, qk) in zip(idx, rows, outs):
+                results[i] = _decoded(net, call, hidden, cache, qk)
         elif kind is CrossKV:
             feats = [calls[i].features for i in idx]
             layers = net.decoder.cross_kv(torch.cat(feats, dim=1))
