@@ -177,3 +177,35 @@ def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, de
 
 def _alone_text(model, audio: np.ndarray) -> str:
     return "".join(w.word for w in _alone(model, audio, 1600, {}))
+
+
+def test_bench_streams_items_together_with_the_same_results(tiny, dev_items):
+    """``susurrus bench --streams 3``: three items at a time stepped together give every item
+    the text, WER and words of the items streamed one by one, and each item a share of the CPU."""
+    from susurrus.evaluation import bench
+    from susurrus.streaming.config import stream_config
+
+    items = [item for item in dev_items if item.language == "en" and item.duration_s < 6][:3]
+    config = stream_config("medium", language="en")
+    (alone,) = bench.run(tiny, items, [config], progress=False)
+    (together,) = bench.run(tiny, items, [config], progress=False, together=3)
+    assert [r.stream_text for r in together.items] == [r.stream_text for r in alone.items]
+    assert together.wer == alone.wer and len(together.latencies) == len(alone.latencies)
+    assert all(r.cpu_s > 0 for r in together.items)
+
+
+def test_int8_parts_run_row_by_row_so_batching_stays_exact(dev_item):
+    """With an int8 encoder (dynamic quantisation: each pass quantises its input as a whole),
+    streams stepped together still commit exactly what each commits alone."""
+    import susurrus
+
+    model = susurrus.load_model("tiny.en", compute_type="int8_encoder")
+    audios = [decode_audio(dev_item(i).audio)[: 6 * SR] for i in ("jfk_inaugural", "ljspeech_LJ001-0001")]
+    batch = model.streams()
+    streams = [batch.stream() for _ in audios]
+    for i in range(0, 6 * SR, 1600):
+        batch.feed({s: a[i:i + 1600] for s, a in zip(streams, audios)})
+    batch.finish(streams)
+    for stream, audio in zip(streams, audios):
+        alone = _alone(model, audio, 1600, {})
+        assert [(w.word, w.start) for w in stream.words] == [(w.word, w.start) for w in alone]

@@ -98,18 +98,15 @@ def run_together(net: Whisper, calls: list[ModelCall]) -> list[Any]:
     for i, call in enumerate(calls):
         kinds.setdefault(type(call), []).append(i)
     for kind, idx in kinds.items():
-        if len(idx) == 1:
-            results[idx[0]] = run_alone(net, calls[idx[0]])
+        if len(idx) == 1 or (kind is EncodeFrames and _quantized(net.encoder)) or (
+                kind is DecodeTokens and _quantized(net.decoder)):
+            # (int8 layers quantise their input per pass: packed, a row would depend on the others)
+            for i in idx:
+                results[i] = run_alone(net, calls[i])
         elif kind is EncodeFrames:
             outs = batched.encode_frames(net.encoder, [(c.frames, c.cache, c.mask) for c in (calls[i] for i in idx)])
             for i, out in zip(idx, outs):
                 results[i] = out
-        elif kind is EncodeFrames and _quantized(net.encoder):
-            for i in idx:  # int8 layers quantise their input per pass: packed, a row would depend on the others
-                results[i] = run_alone(net, calls[i])
-        elif kind is DecodeTokens and _quantized(net.decoder):
-            for i in idx:
-                results[i] = run_alone(net, calls[i])
         elif kind is DecodeTokens:
             rows = [calls[i] for i in idx]
             outs = batched.decode_tokens(net.decoder, [(c.tokens, c.cache) for c in rows], net.alignment_heads)
