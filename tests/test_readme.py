@@ -46,7 +46,7 @@ def test_the_readmes_python_snippets_run_as_written(server, tiny, dev_item):
         for i in range(0, len(pcm24), 2400):
             yield pcm24[i:i + 2400]
 
-    transcribe, live, sdk, *servers = readme_snippets()
+    transcribe, live, many, sdk, *servers = readme_snippets()
     assert '"speech.wav"' in transcribe and "ws://127.0.0.1:8000/v1" in sdk
     namespace: dict = {"microphone_blocks": microphone_blocks, "blocks_of_24khz_int16": blocks_of_24khz_int16}
 
@@ -57,6 +57,14 @@ def test_the_readmes_python_snippets_run_as_written(server, tiny, dev_item):
     expected = stream_text(tiny, (audio * 32767).astype(np.int16).astype(np.float32) / 32768)
     assert printed.strip() == expected
     assert printed.strip().endswith("what you can do for your country.")  # the last words, from finish
+
+    # many streams stepped together: two calls, one fed the whole recording and one its first 4 s
+    namespace.update(open_calls=["left", "right"], new_audio={"left": audio, "right": audio[:4 * 16000]})
+    _run(many, namespace)
+    calls, events, last = namespace["calls"], namespace["events"], namespace["last"]
+    assert set(events) == set(last) == set(calls.values())
+    assert calls["left"].text.strip() == stream_text(tiny, audio)
+    assert calls["right"].text.strip() == stream_text(tiny, audio[:4 * 16000])
 
     with warnings.catch_warnings():
         # the SDK opens its connection with websockets' plain connect(), deprecated in websockets 17.1

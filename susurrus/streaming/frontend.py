@@ -75,3 +75,17 @@ def push_audio(state: MelState, samples: np.ndarray, final: bool = False) -> tor
     if frames.numel():
         state.running_max = max(state.running_max, float(frames.max()))
     return frames
+
+
+def stream_samples(pcm: np.ndarray) -> np.ndarray:
+    """A stream's input checked and as float32: 1-D, float32 in [-1, 1] or int16, finite."""
+    pcm = np.asarray(pcm)
+    if pcm.ndim != 1:
+        raise ValueError(f"expected mono 1-D audio, got shape {pcm.shape}")
+    if pcm.dtype == np.int16:
+        return pcm.astype(np.float32) / 32768.0
+    if not np.issubdtype(pcm.dtype, np.floating):
+        raise TypeError(f"expected float32 or int16 samples, got {pcm.dtype}")
+    if pcm.size and not np.isfinite(pcm).all():
+        raise ValueError("audio contains NaN or infinite samples")
+    return pcm.astype(np.float32, copy=False)

@@ -66,7 +66,7 @@ from susurrus.streaming.config import (
 )
 from susurrus.streaming.encoder import EncoderState, encode_steps, encode_window
 from susurrus.streaming.events import Committed, Event, Interim, LanguageDetected, StepStats, StreamWord, TurnEnded
-from susurrus.streaming.frontend import push_audio
+from susurrus.streaming.frontend import push_audio, stream_samples
 from susurrus.streaming.greedy import decode_step
 from susurrus.streaming.guards import reads_again, repeated_tail, repeats_thrice, speech_mask, word_key
 from susurrus.streaming.hallucination import heard, opening_hallucinated
@@ -168,7 +168,7 @@ class StreamSession(VoiceActivity):
         The audio is checked here, before anything is accepted."""
         if self.finished:
             raise RuntimeError("stream already finished")
-        return self._feed_steps(_as_float(pcm))
+        return self._feed_steps(stream_samples(pcm))
 
     def _feed_steps(self, samples: np.ndarray) -> Steps[list[Event]]:
         step = self.config.chunk_ms * SAMPLE_RATE // 1000
@@ -496,15 +496,3 @@ class StreamSession(VoiceActivity):
         self.window = WindowState(start_frame=win.start_frame + cut_mel, mel=win.mel[:, cut_mel:].clone())
         self.cross.restore(0)
 
-
-def _as_float(pcm: np.ndarray) -> np.ndarray:
-    pcm = np.asarray(pcm)
-    if pcm.ndim != 1:
-        raise ValueError(f"expected mono 1-D audio, got shape {pcm.shape}")
-    if pcm.dtype == np.int16:
-        return pcm.astype(np.float32) / 32768.0
-    if not np.issubdtype(pcm.dtype, np.floating):
-        raise TypeError(f"expected float32 or int16 samples, got {pcm.dtype}")
-    if pcm.size and not np.isfinite(pcm).all():
-        raise ValueError("audio contains NaN or infinite samples")
-    return pcm.astype(np.float32, copy=False)
