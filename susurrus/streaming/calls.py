@@ -85,22 +85,26 @@ def run_alone(net: Whisper, call: ModelCall) -> Any:
     raise TypeError(f"not a model call: {call!r}")
 
 
-def _quantized(part: torch.nn.Module) -> bool:
-    """Whether ``part``'s blocks run int8 dynamically quantised linear layers (``compute_type``)."""
-    return any("quantized" in type(m).__module__ for m in part.blocks.modules())
+def row_by_row(net: Whisper) -> tuple[type, ...]:
+    """The kinds of call that must run one row at a time: those whose blocks run int8
+    dynamically quantised linear layers (``compute_type``), which quantise their input per pass,
+    so that packed, a row's results would depend on the others'."""
+    def quantized(part: torch.nn.Module) -> bool:
+        return any("quantized" in type(m).__module__ for m in part.blocks.modules())
+    return (*((EncodeFrames,) if quantized(net.encoder) else ()), *((DecodeTokens,) if quantized(net.decoder) else ()))
 
 
 @torch.inference_mode()
-def run_together(net: Whisper, calls: list[ModelCall]) -> list[Any]:
-    """Every call's result, the calls of each kind run as one packed pass."""
+def run_together(net: Whisper, calls: list[ModelCall], alone: tuple[type, ...] | None = None) -> list[Any]:
+    """Every call's result, the calls of each kind run as one packed pass (those of the kinds in
+    ``alone``, :func:`row_by_row` of ``net`` unless given, one by one)."""
+    alone = row_by_row(net) if alone is None else alone
     results: list[Any] = [None] * len(calls)
     kinds: dict[type, list[int]] = {}
     for i, call in enumerate(calls):
         kinds.setdefault(type(call), []).append(i)
     for kind, idx in kinds.items():
-        if len(idx) == 1 or (kind is EncodeFrames and _quantized(net.encoder)) or (
-                kind is DecodeTokens and _quantized(net.decoder)):
-            # (int8 layers quantise their input per pass: packed, a row would depend on the others)
+        if len(idx) == 1 or kind in alone:
             for i in idx:
                 results[i] = run_alone(net, calls[i])
         elif kind is EncodeFrames:
@@ -147,6 +151,7 @@ class Lockstep:
 
     def __init__(self, net: Whisper):
         self.net = net
+        self._alone = row_by_row(net)  # what the int8 compute types keep out of packed passes
         self._live: list[_Live] = []
         self.rounds = 0  # rounds run so far
         self.calls = 0  # calls run so far (calls / rounds: how many streams a round carried)
@@ -180,7 +185,7 @@ class Lockstep:
         calls = [entry.call for entry in live]
         t0 = time.thread_time()
         try:
-            results: list[Any] = run_together(self.net, calls)
+            results: list[Any] = run_together(self.net, calls, self._alone)
             errors: list[BaseException | None] = [None] * len(calls)
         except Exception:  # noqa: BLE001 - find the call that fails
             results, errors = [], []
@@ -198,27 +203,6 @@ class Lockstep:
             entry.compute += share
             self._advance(entry, result, error)
         return len(calls)
-
-    def run(self, generators: list[Steps[Any]]) -> list[Any]:
-        """Run ``generators`` together to their ends; their return values (an exception one of
-        them raised is raised after all have ended)."""
-        values: list[Any] = [None] * len(generators)
-        failed: list[BaseException] = []
-
-        def finished(i: int) -> Callable[[Any, BaseException | None, float], None]:
-            def done(value: Any, error: BaseException | None, compute_s: float) -> None:
-                values[i] = value
-                if error is not None:
-                    failed.append(error)
-            return done
-
-        for i, steps in enumerate(generators):
-            self.add(steps, finished(i))
-        while self.round():
-            pass
-        if failed:
-            raise failed[0]
-        return values
 
 
 @dataclass

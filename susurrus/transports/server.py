@@ -158,9 +158,9 @@ async def realtime_endpoint(ws: WebSocket) -> None:
                                                   "connect again shortly (to its replacement)", type="server_error")
         await _refuse(ws, state, err, CLOSE_RESTART, subprotocol)
         return
-    lag = backlog(state)
-    if state.limits.overload_lag_s and lag[0] > state.limits.overload_lag_s:
-        err = ProtocolError(SERVER_OVERLOADED, f"the server is {lag[0]:.1f} s behind real time on its open sessions "
+    overloaded, lag, _ = backlog(state)
+    if overloaded:
+        err = ProtocolError(SERVER_OVERLOADED, f"the server is {lag:.1f} s behind real time on its open sessions "
                                                "(median); try again later or another server", type="server_error")
         await _refuse(ws, state, err, CLOSE_TRY_AGAIN, subprotocol)
         return
@@ -234,14 +234,15 @@ async def drain(state: ServerState, drain_s: float, forced: Callable[[], bool] =
              loop.time() - t0, accepted, transcribed, sum(dropped.values()), by_reason)
 
 
-def backlog(state: ServerState) -> tuple[float, float]:
-    """The median and the largest audio (seconds) waiting for the model, over the open sessions
-    whose clients send at real-time pace (``RealtimeSession.behind_s``)."""
+def backlog(state: ServerState) -> tuple[bool, float, float]:
+    """Whether the server is overloaded (the median over ``Limits.overload_lag_s``, when set),
+    and the median and the largest audio (seconds) waiting for the model, over the open
+    sessions whose clients send at real-time pace (``RealtimeSession.behind_s``)."""
     now = time.monotonic()
     waiting = sorted(lag for c in state.connections if (lag := c.session.behind_s(now)) is not None)
-    if not waiting:
-        return 0.0, 0.0
-    return waiting[(len(waiting) - 1) // 2], waiting[-1]
+    median, largest = (waiting[(len(waiting) - 1) // 2], waiting[-1]) if waiting else (0.0, 0.0)
+    limit = state.limits.overload_lag_s
+    return bool(limit) and median > limit, median, largest
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -250,10 +251,9 @@ async def healthz(request: Request) -> JSONResponse:
     shuts down, so a load balancer stops sending it new clients."""
     state: ServerState = request.app.state.susurrus
     draining = state.shutdown.draining
-    lag = backlog(state)
-    overloaded = bool(state.limits.overload_lag_s) and lag[0] > state.limits.overload_lag_s
+    overloaded, lag, _ = backlog(state)
     status = "draining" if draining else "overloaded" if overloaded else "ok"
-    return JSONResponse({"status": status, "model": state.model.name, "backlog_s": round(lag[0], 3),
+    return JSONResponse({"status": status, "model": state.model.name, "backlog_s": round(lag, 3),
                          "sessions_open": state.metrics.sessions_open, "max_sessions": state.limits.max_sessions,
                          "workers": len(state.workers) if state.workers is not None else 0},
                         status_code=503 if draining else 200)
@@ -261,15 +261,14 @@ async def healthz(request: Request) -> JSONResponse:
 
 async def metrics(request: Request) -> PlainTextResponse:
     state: ServerState = request.app.state.susurrus
-    median, largest = backlog(state)
-    overloaded = int(bool(state.limits.overload_lag_s) and median > state.limits.overload_lag_s)
+    overloaded, median, largest = backlog(state)
     lines = ["# HELP susurrus_backlog_seconds Audio the open sessions have waiting for the model (median, max).",
              "# TYPE susurrus_backlog_seconds gauge",
              f'susurrus_backlog_seconds{{quantile="0.5"}} {median:.3f}',
              f'susurrus_backlog_seconds{{quantile="1"}} {largest:.3f}',
              "# HELP susurrus_overloaded 1 while new sessions are refused because the model is behind real time.",
              "# TYPE susurrus_overloaded gauge",
-             f"susurrus_overloaded {overloaded}"]
+             f"susurrus_overloaded {int(overloaded)}"]
     return PlainTextResponse(state.metrics.render() + "\n".join(lines) + "\n",
                              media_type="text/plain; version=0.0.4; charset=utf-8")
 
