@@ -206,7 +206,14 @@ async def run_session(soak: Soak, s: Session, rng: random.Random) -> None:
         soak.connects += 1
         soak.open += 1
         s.connected = time.time()
-        await ws.send(json.dumps(session_update(RATE, turns=s.turns)))
+        try:
+            await ws.send(json.dumps(session_update(RATE, turns=s.turns)))
+        except websockets.ConnectionClosed as err:  # refused at the door (session limit, overload)
+            soak.open -= 1
+            s.ended = "refused"
+            s.errors.append(f"closed {err.rcvd.code if err.rcvd else 'abnormally'}")
+            soak.refused += 1
+            return
         sent: list[float] = []  # session audio position at the end of each append
         sent_at: list[float] = []  # and when it was sent
         item_starts = [0.0]  # without turns: the session audio position where each item starts
@@ -349,7 +356,7 @@ async def run_slot(soak: Soak, slot: int, rng: random.Random) -> None:
             s.ended = "connect_failed"
             s.errors.append(f"connect: {type(err).__name__}: {err}")
             await asyncio.sleep(1.0)
-        if "session_limit_reached" in s.errors:
+        if "session_limit_reached" in s.errors or s.ended == "refused":
             await asyncio.sleep(0.5)
 
 
@@ -645,6 +652,7 @@ def main() -> int:
         port = sk.getsockname()[1]
     cmd = [sys.executable, "-m", "susurrus", "serve", "--port", str(port), "--model", args.model,
            "--workers", str(args.workers), "--threads", "1", "--max-sessions", str(2 * args.sessions + 4),
+           "--overload-lag-s", "0",  # the clients send faster than real time on purpose
            "--log-level", "warning"]
     log = open(args.server_log, "w")  # noqa: SIM115 - open for the server's lifetime
     server = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)

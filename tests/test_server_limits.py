@@ -380,3 +380,45 @@ def test_new_sessions_are_refused_while_the_model_is_behind_real_time(tiny, dev_
             assert c.recv()["type"] == "session.created"
         m = metrics(srv.http_url)
         assert m['susurrus_sessions_refused_total{reason="server_overloaded"}'] == 1
+
+
+def test_audio_queued_for_a_busy_model_is_accounted_when_the_client_goes(tiny, dev_item):
+    """The model threads are busy (two long calls hold both), a client appends audio and goes
+    away while its first append still waits for a thread: once the threads are free, that audio
+    is counted (dropped ``client_gone`` or transcribed), never lost from the balance. (A waiting
+    call used to be cancelled with its connection, its audio counted nowhere: ~0.1 s per abrupt
+    disconnect in the soak.)"""
+    from susurrus.transports.server import BackgroundServer
+
+    pcm = pcm16_at(decode_audio(dev_item(SHORT).audio), 16000)
+    srv = BackgroundServer(tiny, workers=0).start()
+    release = threading.Event()
+    try:
+        m = srv.state.metrics
+        holds = [srv.state.pool.submit(release.wait, 60) for _ in range(srv.state.pool._max_workers)]
+        with Conn(srv.url) as c:
+            c.until("session.created")
+            c.send(update_event(rate=16000))
+            c.append(pcm, 1600)
+            deadline = time.monotonic() + 30
+            while m.audio_accepted_seconds < len(pcm) / 16000 - 0.01:
+                assert time.monotonic() < deadline, "the server did not accept the appends"
+                time.sleep(0.02)
+        deadline = time.monotonic() + 30
+        while m.sessions_open:
+            assert time.monotonic() < deadline, "the session did not end"
+            time.sleep(0.02)
+        release.set()
+        for h in holds:
+            h.result(timeout=30)
+        deadline = time.monotonic() + 30
+        while abs(m.audio_accepted_seconds - m.audio_seconds - m.audio_dropped_seconds) > 0.005:
+            assert time.monotonic() < deadline, (
+                f"accepted {m.audio_accepted_seconds:.3f} s != transcribed {m.audio_seconds:.3f} s "
+                f"+ dropped {m.audio_dropped}")
+            time.sleep(0.05)
+        assert m.audio_accepted_seconds == pytest.approx(len(pcm) / 16000, abs=0.01)
+        assert m.audio_dropped.get("client_gone", 0.0) > 0
+    finally:
+        release.set()
+        srv.stop()

@@ -84,14 +84,15 @@ class Connection:
     # ------------------------------------------------------------------ queues
 
     def queue(self, events: list[dict[str, Any]], works: list[Work]) -> None:
-        if self.ending is not None and self.ending.force:
+        forced = self.ending is not None and self.ending.force
+        for work in works:  # also when forced: the end drops them and counts their audio
+            self.works.put_nowait(work)
+        if forced:
             return
         for event in events:
             text = json.dumps(event)
             self.outbound.put_nowait(text)
             self.outbound_bytes += len(text)
-        for work in works:
-            self.works.put_nowait(work)
         limit = self.limits.max_outbound_bytes
         if limit and self.outbound_bytes > limit:
             self._overflow(limit)
@@ -126,7 +127,9 @@ class Connection:
         while True:
             work = await self.works.get()
             self.inflight = self.state.pool.submit(self.transcriber.run, work)
-            result = await asyncio.wrap_future(self.inflight)
+            # shielded: a connection that ends while its call still waits for a model thread must
+            # not cancel the call, which then runs, finds its item dropped and counts its audio
+            result = await asyncio.shield(asyncio.wrap_future(self.inflight))
             self.session.done(work)
             self.active = self.loop.time()
             self.queue(result.events, [])

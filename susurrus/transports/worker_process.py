@@ -21,6 +21,7 @@ packed pass it was in (:class:`~susurrus.streaming.calls.Lockstep`).
 
 from __future__ import annotations
 
+import ctypes
 import pickle
 import time
 from collections import deque
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+TRIM_EVERY_S = 10.0  # at most this often, after a stream closed, the freed heap goes back to the system
 READY = 0  # request id of a worker's "model loaded" message
 NO_REPLY = -1  # request id of a message that is not answered (close)
 STEPPED = ("feed", "finish")  # the requests that run as step generators
@@ -53,6 +55,18 @@ def portable(err: BaseException) -> BaseException:
         return err
     except Exception:  # noqa: BLE001
         return RuntimeError(f"{type(err).__name__}: {err}")
+
+
+def heap_trimmer() -> Callable[[], Any] | None:
+    """glibc's ``malloc_trim(0)``: the heap pages that no allocation holds go back to the system
+    (None where there is no glibc). A worker's tensors come and go in every size as streams of
+    different lengths step together; without it the freed pages of a closed stream's caches stay
+    in the worker's RSS, which then climbs to the largest load it ever had (the soak's workers
+    grew ~10 % in 3 hours of audio)."""
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def worker_main(conn: Connection, spec: ModelSpec) -> None:
@@ -88,9 +102,17 @@ class WorkerLoop:
         self.sessions: dict[int, Any] = {}
         self.lockstep = Lockstep(model.net)
         self.busy: dict[int, deque[tuple]] = {}  # stream id -> requests waiting behind its work in the lockstep
+        self.trim = heap_trimmer()
+        self.closed_since_trim = False
+        self.trimmed_at = time.monotonic()
 
     def run(self) -> None:
         while True:
+            idle = not len(self.lockstep)
+            if (self.closed_since_trim and self.trim is not None
+                    and (idle or time.monotonic() - self.trimmed_at > TRIM_EVERY_S)):
+                self.trim(0)
+                self.closed_since_trim, self.trimmed_at = False, time.monotonic()
             try:
                 if not len(self.lockstep) and not self._take(self.conn.recv()):
                     return  # (nothing in flight: wait for a request)
@@ -152,6 +174,7 @@ class WorkerLoop:
         sessions = self.sessions
         if op == "close":
             sessions.pop(sid, None)
+            self.closed_since_trim = True
             return None
         if op == "open":
             sessions[sid] = self.model.stream(**arg)
