@@ -1,7 +1,9 @@
 """Command line: ``susurrus transcribe``, ``stream``, ``bench``, ``serve``, ``serve-ray`` and ``client``.
 
 Heavy modules (PyTorch, the model, the server) are imported inside the commands, so ``--help``
-and argument errors come at once; arguments are checked before any work (``cli_args``).
+and argument errors come at once; arguments are checked before any work (``cli_args``). The
+commands ``stream`` (``cli_stream``) and ``serve``, ``serve-ray``, ``client`` (``cli_serve``) live
+in their own modules; this one has the parser, ``transcribe`` and ``bench``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import functools
 import sys
 from pathlib import Path
 
-from susurrus.transports.cli_args import UsageError, float_range, int_range, language_arg, origins_arg
+from susurrus.transports.cli_args import UsageError, float_range, int_range, language_arg
+from susurrus.transports.cli_serve import add_limit_args, cmd_client, cmd_serve, cmd_serve_ray
 from susurrus.transports.writers import WRITERS, format_timestamp, write_result
 
 THREADS_HELP = ("torch threads (default: %(default)s: one thread was 2-5x faster than all cores on a "
@@ -40,44 +43,6 @@ def _add_model_args(p: argparse.ArgumentParser, threads_help: str = THREADS_HELP
     p.add_argument("--model", default="tiny.en", help=MODEL_HELP)
     p.add_argument("--threads", type=int_range(1), default=1, help=threads_help)
     _add_compute_args(p)
-
-
-def _add_limit_args(p: argparse.ArgumentParser) -> None:
-    """The server limits ``serve`` and ``serve-ray`` share (``susurrus serve --help``)."""
-    p.add_argument("--api-key", default=None,
-                   help="refuse connections without 'Authorization: Bearer KEY' or the WebSocket subprotocol "
-                        "'openai-insecure-api-key.KEY' (browsers)")
-    p.add_argument("--max-upload-mb", type=float_range(0.0, low_open=True), default=25.0,
-                   help="largest REST upload in MiB (default: %(default)s, OpenAI's)")
-    p.add_argument("--max-upload-s", type=float_range(0.0, low_open=True), default=600.0,
-                   help="longest REST upload in seconds of audio (default: %(default)s)")
-    p.add_argument("--max-message-kb", type=int_range(1), default=1024,
-                   help="largest client message in KiB (default: %(default)s)")
-    p.add_argument("--max-buffered-s", type=float_range(0.0, low_open=True), default=20.0,
-                   help="audio per session accepted but not yet transcribed, in seconds; at this much the "
-                        "server stops reading the connection until the model catches up, so TCP slows a fast "
-                        "sender down (flow control: no audio is refused) (default: %(default)s)")
-    p.add_argument("--overload-lag-s", type=float_range(0.0), default=1.5,
-                   help="refuse new sessions (close code 1013, error server_overloaded; /healthz says overloaded, "
-                        "/metrics susurrus_overloaded 1) while the median open session of a client sending at "
-                        "real-time pace has more than this many seconds of audio waiting for the model, i.e. the "
-                        "model is behind real time; open sessions go on; 0: never (default: %(default)s)")
-    p.add_argument("--max-outbound-kb", type=int_range(0), default=1024,
-                   help="server events queued for a client that does not read them, in KiB, beyond what its "
-                        "socket holds; past it the session is closed (close code 1008, error client_too_slow) and "
-                        "its memory freed; 0: no limit (default: %(default)s)")
-    p.add_argument("--idle-timeout-s", type=float_range(0.0), default=300.0,
-                   help="close a session after this many seconds without a client message while the model has "
-                        "nothing of it to do (close code 1000, error idle_timeout); live clients send audio every "
-                        "20-100 ms, even in silence; 0: never (default: %(default)s)")
-    p.add_argument("--max-session-s", type=float_range(0.0), default=0.0,
-                   help="end sessions this old: the open item is committed and transcribed, then close code 1000 "
-                        "(error session_expired); 0: no limit (default: %(default)s)")
-    p.add_argument("--allowed-origins", type=origins_arg, default=None, metavar="ORIGINS",
-                   help="comma-separated web origins (https://app.example.com) whose pages may open WebSocket "
-                        "sessions, besides the server's own (the demo), or '*' for any; clients without an Origin "
-                        "header (not browsers: SDKs, susurrus client) are always allowed; others are refused with "
-                        "HTTP 403 (default: same origin only)")
 
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
@@ -201,96 +166,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         bench.plot(results, args.plot)
         print(f"\nwrote {args.plot}", file=sys.stderr)
     return 0
-
-
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from susurrus.transports.listen import listen_socket
-
-    try:
-        sock = listen_socket(args.host, args.port)  # a busy port fails now, before anything is loaded or announced
-    except OSError as err:
-        print(f"susurrus serve: {err.strerror or err}", file=sys.stderr)
-        return 2
-    if (args.ssl_keyfile is None) != (args.ssl_certfile is None):
-        print("susurrus serve: TLS needs both --ssl-keyfile and --ssl-certfile", file=sys.stderr)
-        return 2
-    for option, path in (("--ssl-keyfile", args.ssl_keyfile), ("--ssl-certfile", args.ssl_certfile)):
-        if path is not None and not Path(path).is_file():
-            print(f"susurrus serve: {option} {path}: no such file", file=sys.stderr)
-            return 2
-    import susurrus
-    from susurrus.transports.realtime_settings import Limits
-    from susurrus.transports.rest import UploadLimits
-    from susurrus.transports.server import serve
-
-    # with worker processes the server's own copy only names the model (it is checked to load here,
-    # once, before the workers load it again with --threads each, 1 by default)
-    model = susurrus.load_model(args.model, threads=args.threads if args.workers == 0 else None,
-                                int8_output=args.int8_output, compute_type=args.compute_type)
-    limits = Limits(max_message_bytes=args.max_message_kb * 1024, max_buffered_s=args.max_buffered_s,
-                    max_sessions=args.max_sessions, max_outbound_bytes=args.max_outbound_kb * 1024,
-                    idle_s=args.idle_timeout_s, max_session_s=args.max_session_s,
-                    overload_lag_s=args.overload_lag_s)
-    uploads = UploadLimits(max_bytes=round(args.max_upload_mb * 1024 * 1024), max_seconds=args.max_upload_s)
-    shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0", "::") else args.host
-    http, ws = ("https", "wss") if args.ssl_certfile else ("http", "ws")
-    print(f"susurrus: demo at {http}://{shown}:{args.port}/ , OpenAI Realtime transcription at "
-          f"{ws}://{shown}:{args.port}/v1/realtime , OpenAI audio REST API at {http}://{shown}:{args.port}/v1/audio/",
-          file=sys.stderr)
-    serve(model, args.host, args.port, limits=limits, api_key=args.api_key, workers=args.workers,
-          threads=args.threads, log_level=args.log_level, sock=sock, uploads=uploads,
-          allowed_origins=args.allowed_origins, drain_s=args.drain_s, ssl_keyfile=args.ssl_keyfile,
-          ssl_certfile=args.ssl_certfile, batched=not args.no_batching)
-    return 0
-
-
-def _cmd_serve_ray(args: argparse.Namespace) -> int:
-    try:
-        from susurrus.transports import ray_serve
-    except ImportError as err:
-        print(f"susurrus serve-ray: {err}", file=sys.stderr)
-        return 2
-    from susurrus.transports.realtime_settings import Limits
-    from susurrus.transports.rest import UploadLimits
-
-    per_replica = args.sessions_per_replica or ray_serve.DEFAULT_SESSIONS_PER_REPLICA
-    if args.replicas is None and args.max_replicas < args.min_replicas:
-        print("susurrus serve-ray: --max-replicas is below --min-replicas", file=sys.stderr)
-        return 2
-    replica = ray_serve.ReplicaOptions(
-        model=args.model, threads=args.threads, int8_output=args.int8_output,
-        limits=Limits(max_message_bytes=args.max_message_kb * 1024, max_buffered_s=args.max_buffered_s,
-                      max_sessions=per_replica, max_outbound_bytes=args.max_outbound_kb * 1024,
-                      idle_s=args.idle_timeout_s, max_session_s=args.max_session_s,
-                      overload_lag_s=args.overload_lag_s),
-        uploads=UploadLimits(max_bytes=round(args.max_upload_mb * 1024 * 1024), max_seconds=args.max_upload_s),
-        api_key=args.api_key, allowed_origins=args.allowed_origins, drain_s=args.drain_s,
-        scale_down_grace_s=args.scale_down_grace_s)
-    scale = ray_serve.ScaleOptions(sessions_per_replica=per_replica, target_sessions=args.target_sessions,
-                                   min_replicas=args.min_replicas, max_replicas=args.max_replicas,
-                                   num_replicas=args.replicas, num_cpus=args.cpus_per_replica)
-    shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0", "::") else args.host
-    print(f"susurrus: deploying on Ray Serve; OpenAI Realtime transcription at ws://{shown}:{args.port}/v1/realtime , "
-          f"REST at http://{shown}:{args.port}/v1/audio/ , demo at http://{shown}:{args.port}/ (Ctrl+C: remove it, "
-          "each replica draining its sessions)", file=sys.stderr)
-    ray_serve.run(replica, scale, address=args.address, host=args.host, port=args.port,
-                  proxy_location=args.proxy_location)
-    return 0
-
-
-def _cmd_client(args: argparse.Namespace) -> int:
-    from susurrus.transports.client import main_client
-
-    if (args.input is None) == (not args.mic):
-        print("susurrus client: give an audio FILE or --mic (one of them)", file=sys.stderr)
-        return 2
-    if args.input is not None and not Path(args.input).is_file():
-        what = "is a folder, not an audio file" if Path(args.input).is_dir() else "no such file"
-        print(f"susurrus client: {args.input}: {what}", file=sys.stderr)
-        return 2
-    return main_client(args.url, args.input, mic=args.mic, realtime=args.realtime, rate=args.rate,
-                       block_ms=args.block_ms, latency=args.latency, language=args.language,
-                       api_key=args.api_key, turns=args.turns)
 
 
 def _add_stream_args(p: argparse.ArgumentParser) -> None:
@@ -441,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--port", type=int_range(0, 65535), default=8000, help="port (default: %(default)s)")
     _add_model_args(v, "torch threads in each worker process (with --workers 0: in the server process, shared by "
                        "its streams) (default: %(default)s)")
-    _add_limit_args(v)
+    add_limit_args(v)
     v.add_argument("--workers", type=int_range(0, 256), default=None,
                    help="worker processes that run the streams, each loading the model (with --threads torch "
                         "threads) and each stream pinned to the least-loaded one; 0: run them in the "
@@ -465,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="how much the server logs (uvicorn's levels; info: one line per connection) "
                         "(default: %(default)s)")
-    v.set_defaults(func=_cmd_serve)
+    v.set_defaults(func=cmd_serve)
 
     r = sub.add_parser("serve-ray", help="the server scaled out on a Ray cluster (Ray Serve; needs susurrus[ray])",
                        description="Serve the same endpoints as 'susurrus serve' (WebSocket /v1/realtime, the REST "
@@ -504,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--cpus-per-replica", type=float_range(0.0, low_open=True), default=1.0,
                    help="Ray CPUs each replica reserves (default: %(default)s: a replica's streams use about one "
                         "core, the GIL)")
-    _add_limit_args(r)
+    add_limit_args(r)
     r.add_argument("--drain-s", type=float_range(0.0), default=30.0,
                    help="a replica being removed (scale-down, Ctrl+C): after --scale-down-grace-s, each session's "
                         "open item is committed and transcribed within this many seconds, then the session is "
@@ -513,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a replica being removed lets its open sessions run on normally this long before its drain; "
                         "Serve kills a replica --scale-down-grace-s + --drain-s + 10 s after it began to remove it "
                         "(default: %(default)s)")
-    r.set_defaults(func=_cmd_serve_ray)
+    r.set_defaults(func=cmd_serve_ray)
 
     c = sub.add_parser("client", help="stream a file or the microphone to a realtime server",
                        description="Connect to a susurrus (or any OpenAI Realtime transcription) server, stream "
@@ -534,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--turns", action="store_true",
                    help="server turn detection (OpenAI server_vad): the server ends each speech turn after "
                         "500 ms of silence; one line per turn, with its span in seconds of the stream")
-    c.set_defaults(func=_cmd_client)
+    c.set_defaults(func=cmd_client)
     return parser
 
 
