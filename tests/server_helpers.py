@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 import urllib.request
 from typing import Any
 
 import numpy as np
 from websockets import __version__ as websockets_version
+from websockets.client import ClientProtocol
+from websockets.protocol import State
 from websockets.sync.client import ClientConnection, connect
+from websockets.uri import parse_uri
 
 from susurrus.audio.io import resample
 from susurrus.audio.resampler import StreamResampler
@@ -123,3 +127,36 @@ def update_event(rate: int = 24000, **session: Any) -> dict[str, Any]:
 
 def words(text: str) -> list[str]:
     return re.findall(r"[\w']+", text.lower())
+
+
+class NeverReads:
+    """A WebSocket client on a raw socket (websockets' sans-I/O protocol) that, once connected,
+    sends and never reads: whatever the server sends waits in the sockets."""
+
+    def __init__(self, server, headers: dict[str, str]):
+        self.sock = socket.create_connection((server.host, server.port), timeout=10)
+        self.protocol = ClientProtocol(parse_uri(server.url))
+        request = self.protocol.connect()
+        for name, value in headers.items():
+            request.headers[name] = value
+        self.protocol.send_request(request)
+        self.sock.sendall(b"".join(self.protocol.data_to_send()))
+        while self.protocol.state is State.CONNECTING:  # the handshake's answer, byte by byte: nothing more
+            self.protocol.receive_data(self.sock.recv(1))
+        assert self.protocol.state is State.OPEN, self.protocol.handshake_exc
+        self.protocol.events_received()  # the handshake's response
+
+    def send(self, text: str) -> None:
+        self.protocol.send_text(text.encode())
+        self.sock.sendall(b"".join(self.protocol.data_to_send()))
+
+    def read_all(self) -> list:
+        """Now read: every frame the server sent, up to its close."""
+        self.sock.settimeout(10)
+        while self.protocol.close_rcvd is None:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                break
+            self.protocol.receive_data(data)
+        self.sock.close()
+        return self.protocol.events_received()

@@ -21,12 +21,9 @@ import urllib.error
 import urllib.request
 
 import pytest
-from server_helpers import Conn, metrics, pcm16_at, update_event, wait_for_metric
-from websockets.client import ClientProtocol
+from server_helpers import Conn, NeverReads, metrics, pcm16_at, update_event, wait_for_metric
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import Opcode
-from websockets.protocol import State
-from websockets.uri import parse_uri
 
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation.metrics import corpus_error_rate
@@ -79,39 +76,6 @@ def _wait_accounted(url: str, timeout: float = 60) -> tuple[float, float, dict[s
         if abs(accepted - transcribed - sum(dropped.values())) <= 0.01 or time.monotonic() > deadline:
             return accepted, transcribed, dropped
         time.sleep(0.1)
-
-
-class NeverReads:
-    """A WebSocket client on a raw socket (websockets' sans-I/O protocol) that, once connected,
-    sends and never reads: whatever the server sends waits in the sockets."""
-
-    def __init__(self, server, headers: dict[str, str]):
-        self.sock = socket.create_connection((server.host, server.port), timeout=10)
-        self.protocol = ClientProtocol(parse_uri(server.url))
-        request = self.protocol.connect()
-        for name, value in headers.items():
-            request.headers[name] = value
-        self.protocol.send_request(request)
-        self.sock.sendall(b"".join(self.protocol.data_to_send()))
-        while self.protocol.state is State.CONNECTING:  # the handshake's answer, byte by byte: nothing more
-            self.protocol.receive_data(self.sock.recv(1))
-        assert self.protocol.state is State.OPEN, self.protocol.handshake_exc
-        self.protocol.events_received()  # the handshake's response
-
-    def send(self, text: str) -> None:
-        self.protocol.send_text(text.encode())
-        self.sock.sendall(b"".join(self.protocol.data_to_send()))
-
-    def read_all(self) -> list:
-        """Now read: every frame the server sent, up to its close."""
-        self.sock.settimeout(10)
-        while self.protocol.close_rcvd is None:
-            data = self.sock.recv(1 << 16)
-            if not data:
-                break
-            self.protocol.receive_data(data)
-        self.sock.close()
-        return self.protocol.events_received()
 
 
 def test_a_client_that_never_reads_is_closed_and_its_session_freed(limited):
