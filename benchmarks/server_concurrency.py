@@ -200,7 +200,7 @@ def chosen_audio(args: argparse.Namespace, n: int) -> list[Result]:
     return results
 
 
-def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: bool) -> dict:
+def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: bool, window_ms: float = 0.0) -> dict:
     """Start ``susurrus serve``, stream every client at once, stop it; CPU, wall and RSS."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -210,6 +210,8 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
            "--log-level", "warning", "--workers", str(args.workers)]
     if not batched:
         cmd.append("--no-batching")
+    elif window_ms:
+        cmd += ["--batch-window-ms", str(window_ms)]
     server = subprocess.Popen(cmd, cwd=REPO)
     rss = [0.0]
     try:
@@ -279,6 +281,9 @@ def main() -> int:
                          "benchmark file each)")
     ap.add_argument("--no-batching", action="store_true", help="the server steps its streams one at a time")
     ap.add_argument("--compare", action="store_true", help="each count on the unbatched engine too")
+    ap.add_argument("--windows", default="0",
+                    help="the batched server's --batch-window-ms, several comma-separated: each count with each "
+                         "(default: %(default)s)")
     ap.add_argument("--data", default=str(SHARED_DATA / "dev"))
     args = ap.parse_args()
     counts = [int(c) for c in str(args.clients).split(",")]
@@ -289,13 +294,15 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     model = susurrus.load_model(args.model)
-    engines = [False, True] if args.compare else [not args.no_batching]
-    if len(counts) > 1 or args.compare:
+    windows = [float(w) for w in str(args.windows).split(",")]
+    engines = ([(False, 0.0)] if args.compare or args.no_batching else []) + (
+        [] if args.no_batching else [(True, w) for w in windows])
+    if len(counts) > 1 or len(engines) > 1:
         sweep(args, model, counts, engines)
         return 0
     results = chosen_audio(args, counts[0])
-    run = serve_and_stream(args, results, engines[0])
-    per_file_table(args, model, results, run, engines[0])
+    run = serve_and_stream(args, results, *engines[0])
+    per_file_table(args, model, results, run, engines[0][0])
     return 0
 
 
@@ -308,7 +315,9 @@ def summary(model, results: list[Result], run: dict) -> dict:
                  for r in results)
     alone = [stream_alone(model, r) for r in results]
     audio = sum(r.duration for r in results)
-    return {"mean": np.mean(wall_all), "p90": pct(wall_all, 90), "first": np.mean(first), "second": np.mean(second),
+    each = [np.mean(r.wall_latency) for r in results if r.wall_latency]
+    return {"spread": (min(each), max(each)) if each else (float("nan"),) * 2,
+            "mean": np.mean(wall_all), "p90": pct(wall_all, 90), "first": np.mean(first), "second": np.mean(second),
             "growth": growth, "same": sum(a == r.transcript for a, r in zip(alone, results)),
             "wer_ref": corpus_error_rate([(r.reference, r.transcript) for r in results]),
             "wer_stream": corpus_error_rate([(a, r.transcript) for a, r in zip(alone, results)]),
@@ -317,19 +326,21 @@ def summary(model, results: list[Result], run: dict) -> dict:
             "idle_rss": run["idle_rss"], "audio": audio}
 
 
-def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[bool]) -> None:
+def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tuple[bool, float]]) -> None:
     print(f"\n{args.model}, concurrent sessions at real-time pace, 24 kHz PCM16 in 100 ms appends, each client "
           f"{'one file' if not args.seconds else f'{args.seconds:.0f}+ s of dev recordings back to back'}; server: "
           f"{args.workers} worker processes, {args.threads} torch thread(s) each, {os.cpu_count()} cores\n")
-    print("| engine | clients | wall latency mean / p90 s | 1st / 2nd half s | worst growth s | same text as "
-          "model.stream | WER vs ref % | WER vs model.stream % | commit → completed max s | cores busy | "
-          "core-s per audio-s (server process alone) | RSS MB (idle → peak) | errors |")
-    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|")
+    print("| engine | clients | wall latency mean / p90 s | sessions' own means min–max s | 1st / 2nd half s | "
+          "worst growth s | same text as model.stream | WER vs ref % | WER vs model.stream % | commit → completed "
+          "max s | cores busy | core-s per audio-s (server process alone) | RSS MB (idle → peak) | errors |")
+    print("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|")
     for n in counts:
-        for batched in engines:
+        for batched, window in engines:
             results = chosen_audio(args, n)
-            row = summary(model, results, serve_and_stream(args, results, batched))
-            print(f"| {'batched' if batched else 'one at a time'} | {n} | {row['mean']:.2f} / {row['p90']:.2f} | "
+            row = summary(model, results, serve_and_stream(args, results, batched, window))
+            name = ("one at a time" if not batched else f"batched, window {window:g} ms" if window else "batched")
+            print(f"| {name} | {n} | {row['mean']:.2f} / {row['p90']:.2f} | "
+                  f"{row['spread'][0]:.2f}–{row['spread'][1]:.2f} | "
                   f"{row['first']:.2f} / {row['second']:.2f} | {row['growth']:+.2f} | {row['same']}/{n} | "
                   f"{row['wer_ref']:.2f} | {row['wer_stream']:.2f} | {row['lag']:.2f} | {row['cores']:.2f} | "
                   f"{row['cost']:.3f} ({row['own']:.3f}) | {row['idle_rss']:.0f} → {row['rss']:.0f} | "

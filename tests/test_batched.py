@@ -145,17 +145,19 @@ def test_a_failing_generator_ends_alone(tiny):
     assert all(c > 0 for _, _, c in ended.values())
 
 
-def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, dev_items):
+@pytest.mark.parametrize("window_ms", [0.0, 200.0])
+def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, dev_items, window_ms):
     """One worker process, four streams fed at once from four threads (as the server's sessions
     feed it): the worker's rounds carry several streams' calls, and each stream's text is what
-    ``model.stream()`` gives alone."""
+    ``model.stream()`` gives alone; also when an idle worker waits 200 ms for a round to fill
+    (``--batch-window-ms``)."""
     import threading
 
     from susurrus.transports.workers import WorkerPool, model_spec
 
     english = [item for item in dev_items if item.language == "en"][:4]
     audios = [decode_audio(item.audio)[: 8 * SR] for item in english]
-    with WorkerPool(model_spec(tiny, 1), 1) as pool:
+    with WorkerPool(model_spec(tiny, 1, window_ms=window_ms), 1) as pool:
         streams = [pool.stream() for _ in audios]
 
         def run(stream, audio) -> None:

@@ -325,6 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--no-batching", action="store_true",
                    help="step each worker's streams one at a time instead of together (their encoder and decoder "
                         "passes packed into one per round: the same text, less CPU per stream; for comparison)")
+    v.add_argument("--batch-window-ms", type=float_range(0.0, 1000.0), default=0.0,
+                   help="when a stream's step finds its worker idle, wait this many ms for others to join the "
+                        "round (bigger batches, more latency); 0: step at once, the others join the next round "
+                        "(default: %(default)s; docs/benchmarks.md compares)")
     v.add_argument("--max-sessions", type=int_range(1), default=16,
                    help="concurrent WebSocket sessions and REST transcriptions together; more are refused "
                         "(default: %(default)s)")

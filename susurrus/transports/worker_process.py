@@ -39,13 +39,15 @@ STEPPED = ("feed", "finish")  # the requests that run as step generators
 @dataclass(frozen=True)
 class ModelSpec:
     """What a worker loads: ``load_model(source, int8_output=..., compute_type=...)`` with
-    ``threads`` torch threads; ``batched``: step its streams together."""
+    ``threads`` torch threads; ``batched``: step its streams together; ``window_ms``: when a
+    step request finds the worker idle, wait this long for others to join its first round."""
 
     source: str
     threads: int = 1
     int8_output: bool = False
     compute_type: str = "float32"
     batched: bool = True
+    window_ms: float = 0.0
 
 
 def portable(err: BaseException) -> BaseException:
@@ -87,18 +89,19 @@ def worker_main(conn: Connection, spec: ModelSpec) -> None:
         conn.send((READY, False, portable(err), 0.0, 0))
         return
     conn.send((READY, True, None, 0.0, 0))
-    WorkerLoop(conn, model, spec.batched).run()
+    WorkerLoop(conn, model, spec.batched, spec.window_ms).run()
 
 
 class WorkerLoop:
     """The request loop of one worker (see the module's docstring)."""
 
-    def __init__(self, conn: Connection, model: Any, batched: bool = True):
+    def __init__(self, conn: Connection, model: Any, batched: bool = True, window_ms: float = 0.0):
         from susurrus.streaming.calls import Lockstep
 
         self.conn = conn
         self.model = model
         self.batched = batched
+        self.window_s = window_ms / 1000
         self.sessions: dict[int, Any] = {}
         self.lockstep = Lockstep(model.net)
         self.busy: dict[int, deque[tuple]] = {}  # stream id -> requests waiting behind its work in the lockstep
@@ -114,8 +117,14 @@ class WorkerLoop:
                 self.trim(0)
                 self.closed_since_trim, self.trimmed_at = False, time.monotonic()
             try:
-                if not len(self.lockstep) and not self._take(self.conn.recv()):
-                    return  # (nothing in flight: wait for a request)
+                if idle:  # nothing in flight: wait for a request
+                    if not self._take(self.conn.recv()):
+                        return
+                    if self.window_s and len(self.lockstep):  # a round starts: let others join it
+                        until = time.monotonic() + self.window_s
+                        while (left := until - time.monotonic()) > 0 and self.conn.poll(left):
+                            if not self._take(self.conn.recv()):
+                                return
                 while self.conn.poll():  # everything that has arrived joins the next round
                     if not self._take(self.conn.recv()):
                         return
