@@ -76,6 +76,24 @@ def start_server(args: argparse.Namespace, *extra: str, log: Path | None = None)
 
 # ---------------------------------------------------------------------------- slow readers
 
+def own_rss_mb(pid: int) -> float:
+    """Resident memory (MB) of the server process alone (its outgoing queues live there)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def metrics_of(port: int) -> dict[str, float]:
+    out = {}
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+    return out
+
+
 @dataclass
 class Reader:
     sent: int = 0
@@ -111,8 +129,11 @@ def slow_reader_run(args: argparse.Namespace, readers: int, bound: bool) -> dict
     extra = [] if bound else ["--max-outbound-kb", "0"]
     server, port = start_server(args, "--max-buffered-s", "600", *extra)
     url = f"ws://127.0.0.1:{port}/v1/realtime"
-    idle = server_rss_mb(server.pid)
+    idle, own_idle = server_rss_mb(server.pid), own_rss_mb(server.pid)
     rss: list[float] = []
+    own: list[float] = []
+    gauge: list[tuple[float, float]] = []  # (seconds since the start, open sessions)
+    t0 = time.perf_counter()
     outs = [Reader() for _ in range(readers)]
     try:
         async def everyone() -> None:
@@ -121,6 +142,9 @@ def slow_reader_run(args: argparse.Namespace, readers: int, bound: bool) -> dict
             async def sample() -> None:
                 while True:
                     rss.append(server_rss_mb(server.pid))
+                    own.append(own_rss_mb(server.pid))
+                    m = await asyncio.to_thread(metrics_of, port)
+                    gauge.append((time.perf_counter() - t0, m.get("susurrus_sessions_open", float("nan"))))
                     await asyncio.sleep(0.5)
 
             sampler = asyncio.create_task(sample())
@@ -133,11 +157,17 @@ def slow_reader_run(args: argparse.Namespace, readers: int, bound: bool) -> dict
             sampler.cancel()
 
         asyncio.run(everyone())
+        too_slow = metrics_of(port).get('susurrus_errors_total{type="server_error",code="client_too_slow"}', 0.0)
     finally:
         server.terminate()
         server.wait(timeout=30)
+    # when the gauge fell back to the normal clients alone, after the non-readers had joined
+    joined = next((i for i, (_, n) in enumerate(gauge) if n >= args.clients + readers), None)
+    freed = next((s for s, n in gauge[joined:] if n <= args.clients), float("nan")) if joined is not None and readers \
+        else float("nan")
     wall = [x for r in results for x in r.wall_latency]
     return {"readers": readers, "bound": bound, "idle_rss": idle, "max_rss": max(rss), "end_rss": rss[-1],
+            "own_idle": own_idle, "own_max": max(own), "own_end": own[-1], "too_slow": too_slow, "freed": freed,
             "outs": outs, "wall_mean": float(np.mean(wall)), "wall_p90": pct(wall, 90),
             "errors": sum(len(r.errors) for r in results),
             "texts": [r.transcript for r in results]}
@@ -149,17 +179,21 @@ def slow_reader(args: argparse.Namespace) -> None:
     print(f"\nslow readers: tiny.en, {args.workers} workers, {args.clients} normal clients streaming "
           f"{args.seconds:g} s "
           f"at real-time pace; non-readers send up to {args.most_updates} session.update each, read nothing\n")
-    print("| run | server RSS MB idle / max / at the end | non-readers: close code (s after start), updates sent "
-          "| normal clients' wall latency mean / p90 s | their errors | transcripts as the baseline |")
-    print("|---|---|---|---|---|---|")
+    print("| run | RSS MB, server process: idle / max / end | RSS MB, with workers: idle / max / end | "
+          "non-readers closed client_too_slow (/metrics) | s until only the normal sessions were open | "
+          "updates each non-reader sent | normal clients' wall latency mean / p90 s | their errors | "
+          "transcripts as the baseline |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for run in runs:
         name = ("baseline (no non-readers)" if not run["readers"] else
                 f"{run['readers']} non-readers, bound 1024 KiB (default)" if run["bound"] else
                 f"{run['readers']} non-readers, no bound (--max-outbound-kb 0)")
-        outs = ", ".join(f"{o.code} ({o.closed_after_s:.1f}), {o.sent}" for o in run["outs"]) or "-"
+        sent = ", ".join(str(o.sent) for o in run["outs"]) or "-"
         same = sum(a == b for a, b in zip(run["texts"], runs[0]["texts"]))
-        print(f"| {name} | {run['idle_rss']:.0f} / {run['max_rss']:.0f} / {run['end_rss']:.0f} | {outs} | "
-              f"{run['wall_mean']:.2f} / {run['wall_p90']:.2f} | {run['errors']} | {same}/{len(run['texts'])} |")
+        print(f"| {name} | {run['own_idle']:.0f} / {run['own_max']:.0f} / {run['own_end']:.0f} | "
+              f"{run['idle_rss']:.0f} / {run['max_rss']:.0f} / {run['end_rss']:.0f} | {run['too_slow']:.0f} | "
+              f"{run['freed']:.1f} | {sent} | {run['wall_mean']:.2f} / {run['wall_p90']:.2f} | {run['errors']} | "
+              f"{same}/{len(run['texts'])} |")
 
 
 # ---------------------------------------------------------------------------- SIGTERM
