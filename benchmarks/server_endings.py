@@ -4,10 +4,11 @@
 ``slow-reader``: clients that stop reading. ``--clients`` normal clients stream different dev
 recordings at real-time pace (as ``server_concurrency.py``) three times: alone (the baseline);
 with ``--readers`` clients beside them that ask for events (``session.update``, answered with
-~0.5 KB each) and never read a byte (their websockets client stops reading the socket after one
-frame); and the same with the outgoing bound off (``--max-outbound-kb 0``), to show what the
-bound saves. Per run: the server's RSS (server and workers) sampled every 0.5 s, how each
-non-reader ended (close code, seconds after it started), and the normal clients' word latency.
+~0.5 KB each) and never read a byte (a raw socket); and the same with the outgoing bound off
+(``--max-outbound-kb 0``), to show what the bound saves. Per run: the RSS of the server process,
+and of it with its workers, sampled every 0.5 s; how many non-readers the server closed
+(``client_too_slow`` in ``/metrics``) and when only the normal sessions were left (the
+open-sessions gauge); and the normal clients' word latency.
 
 ``sigterm``: ``--clients`` sessions stream at real-time pace (server turn detection on every
 other one, the rest commit at the end), and the server gets SIGTERM ``--sigterm-after-s`` into
@@ -47,6 +48,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from server_concurrency import BLOCK, RATE, Result, chosen_audio, pct, run_client, server_rss_mb  # noqa: E402
 from server_helpers import NeverReads  # noqa: E402 - a raw WebSocket client that never reads
+from soak import http_get, parse_metrics  # noqa: E402
 
 from susurrus.evaluation.data import SHARED_DATA  # noqa: E402
 from susurrus.transports.client import append_event, session_update  # noqa: E402
@@ -85,42 +87,27 @@ def own_rss_mb(pid: int) -> float:
 
 
 def metrics_of(port: int) -> dict[str, float]:
-    out = {}
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-    return out
+    return parse_metrics(http_get(f"http://127.0.0.1:{port}/metrics"))
 
 
 @dataclass
 class Reader:
-    sent: int = 0
-    code: int | None = None  # the close the server sent (None: still open when the others were done)
-    reason: str = ""
-    closed_after_s: float = float("nan")  # from its connect to reading the close
+    sent: int = 0  # session.update messages it sent
 
 
-def never_reads(host: str, port: int, r: Reader, stop: threading.Event, most: int, bound: bool) -> None:
+def never_reads(host: str, port: int, r: Reader, stop: threading.Event, most: int) -> None:
     """Send ``session.update`` after ``session.update`` (each answered with ~0.5 KB) and read
     nothing (``NeverReads``: a raw socket), so the server's events pile up in the sockets, then
-    in the server's queue; once the normal clients are done, read what came, up to the close."""
-    t0 = time.perf_counter()
-    url = f"ws://{host}:{port}/v1/realtime"
-    c = NeverReads(SimpleNamespace(host=host, port=port, url=url), {})
+    in the server's queue, until the normal clients are done. (How it ended is read from the
+    server's ``/metrics``: a close the server sends waits unread behind the events, and is lost
+    when the server cuts the connection.)"""
+    c = NeverReads(SimpleNamespace(host=host, port=port, url=f"ws://{host}:{port}/v1/realtime"), {})
     update = json.dumps(session_update(RATE, latency="high"))
     with contextlib.suppress(OSError):  # the server may cut the connection while the client still sends
         while not stop.is_set() and r.sent < most:
             c.send(update)
             r.sent += 1
     stop.wait()
-    if bound:
-        with contextlib.suppress(OSError):
-            c.read_all()
-        if c.protocol.close_rcvd is not None:
-            r.code, r.reason = c.protocol.close_rcvd.code, c.protocol.close_rcvd.reason
-        r.closed_after_s = time.perf_counter() - t0
     c.sock.close()
 
 
@@ -149,8 +136,8 @@ def slow_reader_run(args: argparse.Namespace, readers: int, bound: bool) -> dict
 
             sampler = asyncio.create_task(sample())
             start_at = time.perf_counter() + 0.5
-            bad = [asyncio.create_task(asyncio.to_thread(never_reads, "127.0.0.1", port, r, stop, args.most_updates,
-                                                         bound)) for r in outs]
+            bad = [asyncio.create_task(asyncio.to_thread(never_reads, "127.0.0.1", port, r, stop, args.most_updates))
+                   for r in outs]
             await asyncio.gather(*(run_client(url, r, start_at) for r in results))
             stop.set()
             await asyncio.gather(*bad)
