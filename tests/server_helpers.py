@@ -88,15 +88,20 @@ def server_samples(pcm16: np.ndarray, rate: int) -> np.ndarray:
     return np.concatenate([r.process(x), r.flush()])
 
 
-def stream_text(model, audio16k: np.ndarray, latency: str = "medium") -> str:
-    """What ``susurrus stream FILE --latency L`` prints for these samples: the same calls as the
-    command (``model.stream(latency)``, blocks of ``chunk_ms``, ``finish``)."""
+def streamed(model, audio16k: np.ndarray, latency: str = "medium"):
+    """The stream ``susurrus stream FILE --latency L`` runs on these samples, finished: the same
+    calls as the command (``model.stream(latency)``, blocks of ``chunk_ms``, ``finish``)."""
     stream = model.stream(latency)
     block = stream.config.chunk_ms * 16
     for i in range(0, len(audio16k), block):
         stream.feed(audio16k[i:i + block])
     stream.finish()
-    return stream.text.strip()
+    return stream
+
+
+def stream_text(model, audio16k: np.ndarray, latency: str = "medium") -> str:
+    """What ``susurrus stream FILE --latency L`` prints for these samples."""
+    return streamed(model, audio16k, latency).text.strip()
 
 
 def metrics(http_url: str) -> dict[str, float]:

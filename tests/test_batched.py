@@ -171,7 +171,7 @@ def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, de
         for t in threads:
             t.join(timeout=300)
         texts = [s.text for s in streams]
-        ok, stats, _, _ = pool.workers[0].call("stats", 0).result(timeout=30)
+        ok, stats, _, _, _ = pool.workers[0].call("stats", 0).result(timeout=30)
     assert ok and stats["calls"] > stats["rounds"] > 0
     for audio, text in zip(audios, texts):
         assert text == _alone_text(tiny, audio)

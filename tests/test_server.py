@@ -10,7 +10,16 @@ import sys
 
 import numpy as np
 import pytest
-from server_helpers import SDK_WEBSOCKET_OPTIONS, Conn, metrics, pcm16_at, server_samples, stream_text, update_event
+from server_helpers import (
+    SDK_WEBSOCKET_OPTIONS,
+    Conn,
+    metrics,
+    pcm16_at,
+    server_samples,
+    stream_text,
+    streamed,
+    update_event,
+)
 
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation.metrics import corpus_error_rate
@@ -130,7 +139,7 @@ def test_latency_preset_and_openai_delay_map_onto_stream_settings(server):
         assert not any(e["type"] == "susurrus.warning" for e in c.events)
 
 
-def test_healthz_and_metrics(server, dev_item):
+def test_healthz_and_metrics(server, tiny, dev_item):
     before = metrics(server.http_url)
     audio = decode_audio(dev_item("ljspeech_LJ001-0008").audio)
     with Conn(server.url) as c:
@@ -143,6 +152,8 @@ def test_healthz_and_metrics(server, dev_item):
     assert after["susurrus_audio_seconds_total"] - before["susurrus_audio_seconds_total"] == pytest.approx(
         len(audio) / 16000, abs=0.01)
     assert after["susurrus_compute_seconds_total"] > before["susurrus_compute_seconds_total"]
+    # the engine steps of the item: those of the same audio streamed alone
+    assert after["susurrus_steps_total"] - before["susurrus_steps_total"] == streamed(tiny, audio).steps > 0
     assert after["susurrus_word_latency_seconds_count"] > before["susurrus_word_latency_seconds_count"]
     assert after['susurrus_word_latency_seconds_bucket{le="+Inf"}'] == after["susurrus_word_latency_seconds_count"]
     assert after["susurrus_sessions_total"] >= before["susurrus_sessions_total"] + 1

@@ -9,7 +9,7 @@ import os
 import signal
 import time
 
-from server_helpers import Conn, metrics, pcm16_at, server_samples, stream_text, update_event, wait_for_metric
+from server_helpers import Conn, metrics, pcm16_at, server_samples, stream_text, streamed, update_event, wait_for_metric
 
 from susurrus.audio.io import decode_audio
 
@@ -56,6 +56,9 @@ def test_two_sessions_at_once_run_on_two_worker_processes(server, tiny, dev_item
     assert after["susurrus_compute_seconds_total"] > before["susurrus_compute_seconds_total"]
     audio_s = sum(len(pcm) / rate for pcm, rate in zip(pcms, rates))
     assert after["susurrus_audio_seconds_total"] - before["susurrus_audio_seconds_total"] > audio_s - 0.01
+    # the engine steps the workers ran, counted from their replies: those of the same streams alone
+    steps = sum(streamed(tiny, server_samples(pcm, rate)).steps for pcm, rate in zip(pcms, rates))
+    assert steps > 0 and after["susurrus_steps_total"] - before["susurrus_steps_total"] == steps
 
 
 def test_a_worker_that_dies_fails_its_session_and_is_restarted(server, dev_item):

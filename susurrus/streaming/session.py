@@ -158,6 +158,11 @@ class StreamSession(VoiceActivity):
     def text(self) -> str:
         return "".join(w.word for w in self.words)
 
+    @property
+    def steps(self) -> int:
+        """Steps run so far (each encoded and decoded new audio; an idle stream runs none)."""
+        return len(self.stats)
+
     def feed(self, pcm: np.ndarray) -> list[Event]:
         """Append 16 kHz mono audio (float32 in [-1, 1] or int16); returns new events."""
         return drive(self.net, self.feed_steps(pcm))

@@ -37,6 +37,7 @@ class Metrics:
         self.audio_seconds = 0.0
         self.audio_dropped: dict[str, float] = {}  # reason -> seconds
         self.compute_seconds = 0.0
+        self.steps = 0  # engine steps of the streams (WebSocket items and turns, streamed REST jobs)
         self.items_completed = 0
         self.words = 0
         self.latency_buckets = [0] * len(LATENCY_BUCKETS)
@@ -59,10 +60,11 @@ class Metrics:
         with self.lock:
             self.sessions_refused[reason] = self.sessions_refused.get(reason, 0) + 1
 
-    def processed(self, audio_s: float, compute_s: float, word_latencies: Iterable[float]) -> None:
+    def processed(self, audio_s: float, compute_s: float, word_latencies: Iterable[float], steps: int = 0) -> None:
         with self.lock:
             self.audio_seconds += audio_s
             self.compute_seconds += compute_s
+            self.steps += steps
             for lat in word_latencies:
                 self.words += 1
                 self.latency_sum += lat
@@ -115,6 +117,11 @@ class Metrics:
                 "# HELP susurrus_compute_seconds_total Wall seconds the model worked (all sessions).",
                 "# TYPE susurrus_compute_seconds_total counter",
                 f"susurrus_compute_seconds_total {self.compute_seconds:.3f}",
+                "# HELP susurrus_steps_total Streaming engine steps run (each encodes and decodes a chunk of new "
+                "audio; idle audio runs none): compute per step is the rate of susurrus_compute_seconds_total over "
+                "this one, while no offline upload runs.",
+                "# TYPE susurrus_steps_total counter",
+                f"susurrus_steps_total {self.steps}",
                 "# HELP susurrus_workers Model worker processes (0: streams run in the server process).",
                 "# TYPE susurrus_workers gauge",
                 f"susurrus_workers {self.workers}",

@@ -6,6 +6,7 @@ stream's events onto protocol events (``delta``, ``completed``, ``failed``, the 
 
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import fields
 from typing import Any
@@ -26,6 +27,24 @@ from susurrus.transports.realtime_protocol import (
     server_event,
 )
 from susurrus.transports.workers import compute_clock
+
+_steps = threading.local()
+
+
+def step_clock() -> int:
+    """Engine steps this thread's streams have run (:attr:`StreamSession.steps`, also for streams
+    in worker processes): the difference of two readings is the steps a piece of work ran, beside
+    :func:`~susurrus.transports.workers.compute_clock`'s compute, for ``/metrics``."""
+    return getattr(_steps, "count", 0)
+
+
+def _stepped(stream: Any, method: str, *args: Any) -> Any:
+    """``stream.feed(...)`` / ``stream.finish()``, counting the steps it ran on :func:`step_clock`."""
+    before = getattr(stream, "steps", 0)
+    try:
+        return getattr(stream, method)(*args)
+    finally:
+        _steps.count = step_clock() + getattr(stream, "steps", 0) - before
 
 
 class Transcriber:
@@ -69,7 +88,7 @@ class Transcriber:
         if item.dropped or item.failed:
             self.metrics.dropped(work.audio_s, "failed" if item.failed else item.dropped or "client_gone")
             return WorkResult([], [])
-        t0 = compute_clock()
+        t0, s0 = compute_clock(), step_clock()
         events: list[dict[str, Any]] = []
         signals: list[TurnSignal] = []
         fed_s = 0.0  # seconds of the client's audio run through the model (the commit's tail was counted by its append)
@@ -89,7 +108,7 @@ class Transcriber:
             elif work.kind == "commit":
                 tail = resampler.flush()
                 events += self._feed(item, tail, final=True, latencies=latencies)
-                events += self._events(item, stream.finish(), latencies)
+                events += self._events(item, _stepped(stream, "finish"), latencies)
                 events.append(server_event(
                     "conversation.item.input_audio_transcription.completed", item_id=item.id, content_index=0,
                     transcript="".join(item.deltas),
@@ -106,7 +125,7 @@ class Transcriber:
                 "conversation.item.input_audio_transcription.failed", item_id=item.id, content_index=0,
                 error={"type": "server_error", "code": TRANSCRIPTION_FAILED,
                        "message": f"transcription failed: {type(err).__name__}: {err}", "param": None}))
-        self.metrics.processed(fed_s, compute_clock() - t0, latencies)
+        self.metrics.processed(fed_s, compute_clock() - t0, latencies, step_clock() - s0)
         return WorkResult(events, signals)
 
     def _feed(self, item: Item | TurnStream, samples: np.ndarray, final: bool, latencies: list[float]
@@ -120,7 +139,7 @@ class Transcriber:
         whole = len(audio) if final else len(audio) - len(audio) % block
         events: list[dict[str, Any]] = []
         for i in range(0, whole, block):
-            new = item.stream.feed(audio[i:min(i + block, whole)])
+            new = _stepped(item.stream, "feed", audio[i:min(i + block, whole)])
             events += (self._turn_events(item, new, latencies) if isinstance(item, TurnStream)
                        else self._events(item, new, latencies))
         item.carry = audio[whole:].copy()
@@ -155,7 +174,7 @@ class Transcriber:
         if ts.dropped:
             self.metrics.dropped(work.audio_s, ts.dropped)
             return WorkResult([], [])
-        t0 = compute_clock()
+        t0, s0 = compute_clock(), step_clock()
         events: list[dict[str, Any]] = []
         fed_s = 0.0
         latencies: list[float] = []
@@ -192,7 +211,7 @@ class Transcriber:
                 elif ts.stream is not None:
                     # a client commit (or new settings) ends the open turn here: the stream finishes
                     # (its turn completes) and the next audio starts a new one
-                    events += self._turn_events(ts, ts.stream.finish(), latencies)
+                    events += self._turn_events(ts, _stepped(ts.stream, "finish"), latencies)
                     ts.offset += ts.stream.samples_fed
                     self._release(ts)
         except Exception as err:  # noqa: BLE001 - a failed turn must not take the session down
@@ -209,7 +228,7 @@ class Transcriber:
                 ts.offset += ts.stream.samples_fed
                 self._release(ts)
             ts.turn, ts.carry = None, np.zeros(0, np.float32)
-        self.metrics.processed(fed_s, compute_clock() - t0, latencies)
+        self.metrics.processed(fed_s, compute_clock() - t0, latencies, step_clock() - s0)
         return WorkResult(events, [])
 
     def _turn_events(self, ts: TurnStream, stream_events: list, latencies: list[float]) -> list[dict[str, Any]]:

@@ -179,10 +179,11 @@ def stream_job(state: Any, samples: np.ndarray, language: str | None, task: str,
         emit("error", RestError(500, f"transcription failed: {type(err).__name__}: {err}", "transcription_failed",
                                 type="server_error").body()["error"])
     finally:
+        state.metrics.processed(min(fed, len(samples)) / SAMPLE_RATE, compute_clock() - t0, latencies,
+                                getattr(stream, "steps", 0))
         close = getattr(stream, "close", None)
         if close is not None:
             close()
-        state.metrics.processed(min(fed, len(samples)) / SAMPLE_RATE, compute_clock() - t0, latencies)
 
 
 def shutting_down() -> RestError:

@@ -2,7 +2,7 @@
 together.
 
 The server sends requests ``(id, op, session, arg)`` down one pipe; the worker answers each with
-``(id, ok, result or exception, compute seconds, session's samples_fed)``. ``feed`` and
+``(id, ok, result or exception, compute seconds, session's samples_fed, session's steps)``. ``feed`` and
 ``finish`` are not run one after another: each becomes its stream's step generator
 (``StreamSession.feed_steps``) in one :class:`~susurrus.streaming.calls.Lockstep`, and the
 worker runs rounds of it, taking in every request that arrived before each round (continuous
@@ -86,9 +86,9 @@ def worker_main(conn: Connection, spec: ModelSpec) -> None:
         model = load_model(spec.source, int8_output=spec.int8_output, compute_type=spec.compute_type)
         model.stream()  # the shared end-of-audio context, once
     except BaseException as err:  # noqa: BLE001 - reported to the server, which refuses to start
-        conn.send((READY, False, portable(err), 0.0, 0))
+        conn.send((READY, False, portable(err), 0.0, 0, 0))
         return
-    conn.send((READY, True, None, 0.0, 0))
+    conn.send((READY, True, None, 0.0, 0, 0))
     WorkerLoop(conn, model, spec.batched, spec.window_ms).run()
 
 
@@ -211,8 +211,8 @@ class WorkerLoop:
         if not ok:
             result = portable(result)
         stream = self.sessions.get(sid)
-        reply = (req, ok, result, compute_s, getattr(stream, "samples_fed", 0))
+        reply = (req, ok, result, compute_s, getattr(stream, "samples_fed", 0), getattr(stream, "steps", 0))
         try:
             self.conn.send(reply)
         except (pickle.PicklingError, TypeError, AttributeError) as err:
-            self.conn.send((req, False, RuntimeError(f"reply not picklable: {err}"), compute_s, reply[4]))
+            self.conn.send((req, False, RuntimeError(f"reply not picklable: {err}"), compute_s, reply[4], reply[5]))

@@ -105,7 +105,7 @@ class Worker:
         return self.process.pid
 
     def call(self, op: str, sid: int, arg: Any = None) -> Future:
-        """Send a request; the future resolves to ``(ok, result, compute_s, samples_fed)`` or
+        """Send a request; the future resolves to ``(ok, result, compute_s, samples_fed, steps)`` or
         raises :class:`WorkerDied`."""
         fut: Future = Future()
         with self.lock:
@@ -142,7 +142,7 @@ class Worker:
     def _read(self) -> None:
         while True:
             try:
-                req, ok, result, compute_s, fed = self.conn.recv()
+                req, ok, result, compute_s, fed, steps = self.conn.recv()
             except (EOFError, OSError):
                 break
             except Exception as err:  # noqa: BLE001 - an unreadable reply; its caller fails when the worker does
@@ -157,7 +157,7 @@ class Worker:
             with self.lock:
                 fut = self.pending.pop(req, None)
             if fut is not None:
-                fut.set_result((ok, result, compute_s, fed))
+                fut.set_result((ok, result, compute_s, fed, steps))
         with self.lock:
             self.alive = False
             pending, self.pending = self.pending, {}
@@ -310,15 +310,16 @@ class RemoteObject:
         self.worker = worker
         self.sid = sid
         self.samples_fed = 0
+        self.steps = 0  # the stream's steps so far (StreamSession.steps), as of the last reply
         self._finalizer = weakref.finalize(self, _release, pool, worker, sid)
         self._finalizer.atexit = False
 
     def _call(self, op: str, arg: Any = None) -> Any:
         fut = self.worker.call(op, self.sid, arg)
         t0 = time.perf_counter()
-        ok, result, compute_s, fed = fut.result()
+        ok, result, compute_s, fed, steps = fut.result()
         _account(compute_s, time.perf_counter() - t0)
-        self.samples_fed = fed
+        self.samples_fed, self.steps = fed, steps
         if not ok:
             raise result
         return result
@@ -354,8 +355,8 @@ class RemoteIterator(RemoteObject):
 class RemoteStream(RemoteObject):
     """A :class:`~susurrus.streaming.session.StreamSession` living in a worker process.
 
-    ``feed`` / ``finish`` return the session's events; ``samples_fed`` / ``audio_time`` are kept
-    from each reply; ``text`` / ``words`` / ``stats`` / ``language`` ask the worker."""
+    ``feed`` / ``finish`` return the session's events; ``samples_fed`` / ``audio_time`` / ``steps``
+    are kept from each reply; ``text`` / ``words`` / ``stats`` / ``language`` ask the worker."""
 
     config: Any = None
 
