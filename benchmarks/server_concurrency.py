@@ -207,7 +207,7 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "susurrus", "serve", "--port", str(port), "--model", args.model,
            "--threads", str(args.threads), "--max-buffered-s", "600", "--max-sessions", str(len(results)),
-           "--log-level", "warning", "--workers", str(args.workers)]
+           "--log-level", "warning", "--workers", str(args.workers), "--compute-type", args.compute_type]
     if not batched:
         cmd.append("--no-batching")
     elif window_ms:
@@ -271,6 +271,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", default="8", help="concurrent clients; several counts comma-separated: a sweep")
     ap.add_argument("--model", default="tiny.en")
+    ap.add_argument("--compute-type", default="float32", help="the server's --compute-type (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads per worker process (or in the server with --workers 0) "
                          "(default: %(default)s)")
@@ -293,7 +294,7 @@ def main() -> int:
     import susurrus
 
     torch.set_num_threads(args.threads)
-    model = susurrus.load_model(args.model)
+    model = susurrus.load_model(args.model, compute_type=args.compute_type)
     windows = [float(w) for w in str(args.windows).split(",")]
     engines = ([(False, 0.0)] if args.compare or args.no_batching else []) + (
         [] if args.no_batching else [(True, w) for w in windows])
@@ -327,7 +328,8 @@ def summary(model, results: list[Result], run: dict) -> dict:
 
 
 def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tuple[bool, float]]) -> None:
-    print(f"\n{args.model}, concurrent sessions at real-time pace, 24 kHz PCM16 in 100 ms appends, each client "
+    print(f"\n{args.model} ({args.compute_type}), concurrent sessions at real-time pace, 24 kHz PCM16 in 100 ms "
+          "appends, each client "
           f"{'one file' if not args.seconds else f'{args.seconds:.0f}+ s of dev recordings back to back'}; server: "
           f"{args.workers} worker processes, {args.threads} torch thread(s) each, {os.cpu_count()} cores\n")
     print("| engine | clients | wall latency mean / p90 s | sessions' own means min–max s | 1st / 2nd half s | "
@@ -350,7 +352,8 @@ def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tupl
 def per_file_table(args: argparse.Namespace, model, results: list[Result], run: dict, batched: bool) -> None:
     cpu, wall = run["cpu"], run["wall"]
     audio_total = sum(r.duration for r in results)
-    print(f"\n{args.model}, {len(results)} concurrent sessions at real-time pace, 24 kHz PCM16 in 100 ms appends; "
+    print(f"\n{args.model} ({args.compute_type}), {len(results)} concurrent sessions at real-time pace, 24 kHz PCM16 "
+          "in 100 ms appends; "
           f"server: {f'{args.workers} worker processes' if args.workers else 'in-process threads'} "
           f"({'batched' if batched else 'one stream at a time'}), "
           f"{args.threads} torch thread(s) each, {os.cpu_count()} cores\n")

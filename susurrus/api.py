@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
@@ -15,7 +16,7 @@ from susurrus.audio.io import decode_audio
 from susurrus.decoding.transcribe import TranscribeOptions, transcribe
 from susurrus.model.loading import LoadedModel, load_weights
 from susurrus.model.tokenizer import Tokenizer
-from susurrus.model.whisper import Whisper, quantize_linears
+from susurrus.model.whisper import Whisper, native_bf16, quantize_linears
 from susurrus.streaming.batch import StreamBatch
 from susurrus.streaming.session import StreamSession, silence_cross_kv, stream_config
 from susurrus.streaming.vad import SileroVad, load_vad
@@ -25,11 +26,12 @@ AudioInput = str | os.PathLike | BinaryIO | bytes | np.ndarray
 
 # compute types: which residual blocks run their linear layers (attention projections, MLPs) on
 # int8 weights (the rest of the model stays float32); faster-whisper's names where they exist
-COMPUTE_TYPES: dict[str, tuple[str, ...]] = {
-    "float32": (),
-    "int8": ("encoder", "decoder"),
-    "int8_encoder": ("encoder",),
-    "int8_decoder": ("decoder",),
+COMPUTE_TYPES: dict[str, tuple[str, tuple[str, ...]]] = {  # name -> (kind, the parts whose linear layers use it)
+    "float32": ("", ()),
+    "int8": ("int8", ("encoder", "decoder")),
+    "int8_encoder": ("int8", ("encoder",)),
+    "int8_decoder": ("int8", ("decoder",)),
+    "bf16_encoder": ("bf16", ("encoder",)),
 }
 
 
@@ -124,13 +126,21 @@ def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None 
     to offline transcription and streaming alike. Lossy: on the dev set only tiny.en's
     ``int8_encoder`` stayed within 0.2 WER points of float32 (offline and streaming, 12 % less
     CPU); ``int8`` cost tiny.en 0.6 points offline and base 3.3 points streaming, for 14-26 %
-    less CPU (docs/benchmarks.md)."""
+    less CPU. ``"bf16_encoder"``: the encoder's linear layers in bfloat16 (:class:`~susurrus.model.
+    whisper.Bf16Linear`), on CPUs with bfloat16 instructions (AVX512-BF16, AMX; elsewhere a
+    warning: emulated, slower); it held tiny.en and base within 0.2 points offline and streaming
+    (docs/benchmarks.md)."""
     if compute_type not in COMPUTE_TYPES:
         raise ValueError(f"compute_type must be one of {list(COMPUTE_TYPES)}, not {compute_type!r}")
     if threads:
         torch.set_num_threads(threads)
     loaded = load_weights(name_or_path)
-    quantize_linears(loaded.net, COMPUTE_TYPES[compute_type])
+    kind, parts = COMPUTE_TYPES[compute_type]
+    if kind == "bf16" and not native_bf16():
+        warnings.warn(f"compute_type={compute_type!r}: this CPU has no bfloat16 instructions (AVX512-BF16, AMX); "
+                      "they are emulated, slower than float32", stacklevel=2)
+    if parts:
+        quantize_linears(loaded.net, parts, kind)
     if int8_output:
         loaded.net.decoder.quantize_output()
     name = str(name_or_path) if not isinstance(name_or_path, Path) else name_or_path.name

@@ -18,7 +18,7 @@ No module keeps state between calls. Every cache is a dataclass passed in and re
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -39,25 +39,71 @@ class ModelDims:
     n_text_layer: int
 
 
+class KVStore:
+    """Append-only storage behind :class:`KV` views: keys and values (batch, capacity, width)
+    and how many positions hold data (``filled``). A cache that grows step after step (the
+    streaming encoder's frames, the decoder's tokens) then writes each step's positions in place
+    and is reallocated, with room to spare, only now and then, instead of being copied whole at
+    every step (the copies cost time, and their ever-changing sizes fragment a long-running
+    process's heap)."""
+
+    __slots__ = ("k", "v", "filled")
+
+    def __init__(self, k: Tensor, v: Tensor, filled: int):
+        self.k, self.v, self.filled = k, v, filled
+
+
 @dataclass
 class KV:
-    """Keys and values of one attention layer, each (batch, time, width)."""
+    """Keys and values of one attention layer, each (batch, time, width).
+
+    A value: :meth:`append` never changes what an existing ``KV`` holds. It writes in place
+    only past every position any view of its :class:`KVStore` has seen (``store.filled``), and
+    copies otherwise. :meth:`keep` is the one exception to "any view": use it where the longer
+    views of the same cache are dead (a step's result cut back to what it keeps)."""
 
     k: Tensor
     v: Tensor
+    store: KVStore | None = field(default=None, repr=False, compare=False)
 
     @property
     def length(self) -> int:
         return self.k.shape[1]
 
     def append(self, k: Tensor, v: Tensor) -> KV:
-        return KV(torch.cat([self.k, k], dim=1), torch.cat([self.v, v], dim=1))
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad or self.k.requires_grad):
+            return KV(torch.cat([self.k, k], dim=1), torch.cat([self.v, v], dim=1))  # autograd: no in-place writes
+        with torch.inference_mode():  # the store may have been made there (a stream's step) or not
+            return self._append(k, v)
+
+    def _append(self, k: Tensor, v: Tensor) -> KV:
+        n0, n = self.length, k.shape[1]
+        store = self.store
+        if store is None or store.filled != n0 or n0 + n > store.k.shape[1]:
+            # a new store, with room for the next appends (a quarter more, and at least this one again)
+            capacity = n0 + n + max(n, (n0 + n) // 4)
+            b, width = self.k.shape[0], self.k.shape[2]
+            store = KVStore(self.k.new_empty((b, capacity, width)), self.v.new_empty((b, capacity, width)), n0)
+            store.k[:, :n0] = self.k
+            store.v[:, :n0] = self.v
+        store.k[:, n0:n0 + n] = k
+        store.v[:, n0:n0 + n] = v
+        store.filled = n0 + n
+        return KV(store.k[:, :n0 + n], store.v[:, :n0 + n], store)
 
     def select(self, index: Tensor) -> KV:
         return KV(self.k.index_select(0, index), self.v.index_select(0, index))
 
     def narrow(self, start: int, length: int) -> KV:
-        return KV(self.k[:, start:start + length], self.v[:, start:start + length])
+        return KV(self.k[:, start:start + length], self.v[:, start:start + length],
+                  self.store if start == 0 else None)
+
+    def keep(self, length: int) -> KV:
+        """The first ``length`` positions, whose store the next :meth:`append` may extend in
+        place: every longer view of this cache must be dead (it would see that append)."""
+        if self.store is not None and self.store.filled >= length:
+            self.store.filled = length
+        return self.narrow(0, length)
 
 
 @dataclass
@@ -103,10 +149,11 @@ class DecoderCache:
             cross = [kv.select(index) for kv in cross]
         return DecoderCache(cross, [None if kv is None else kv.select(index) for kv in self.self_kv])
 
-    def rewind(self, length: int) -> DecoderCache:
-        """Drop self-attention keys/values past ``length`` tokens."""
-        return replace(self, self_kv=[None if kv is None or length == 0 else kv.narrow(0, length)
-                                      for kv in self.self_kv])
+    def rewind(self, length: int, keep: bool = False) -> DecoderCache:
+        """Drop self-attention keys/values past ``length`` tokens. ``keep``: :meth:`KV.keep`, so
+        that the next tokens are written in place (every longer view of this cache is dead)."""
+        return replace(self, self_kv=[None if kv is None or length == 0 else kv.keep(length) if keep
+                                      else kv.narrow(0, length) for kv in self.self_kv])
 
 
 class LayerNorm(nn.LayerNorm):
@@ -348,24 +395,55 @@ def _int8_linear(weight: Tensor, bias: Tensor | None = None) -> nn.Module:
         return qd.Linear.from_float(float_linear)
 
 
+class Bf16Linear(Linear):
+    """A linear layer computed in bfloat16: weights stored in bfloat16, the input rounded to it,
+    products accumulated in float32 by the CPU's bf16 dot-product instructions (AVX512-BF16,
+    AMX: ~2.5x the float32 rate on the encoder's matrix products here), the output rounded to
+    bfloat16 and returned as float32 with the float32 bias added. Lossy: bfloat16 keeps 8 bits of
+    mantissa. On a CPU without bf16 instructions it is emulated, and slower than float32."""
+
+    @classmethod
+    def of(cls, layer: Linear) -> Bf16Linear:
+        out = cls(layer.in_features, layer.out_features, bias=layer.bias is not None)
+        out.weight = nn.Parameter(layer.weight.detach().to(torch.bfloat16), requires_grad=False)
+        if layer.bias is not None:
+            out.bias = nn.Parameter(layer.bias.detach().float(), requires_grad=False)
+        return out
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = F.linear(x.to(torch.bfloat16), self.weight).to(x.dtype)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX); elsewhere
+    :class:`Bf16Linear` is emulated, and slower than float32."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(probe() for probe in probes if probe is not None)
+
+
 INT8_PARTS = ("encoder", "decoder")
 
 
-def quantize_linears(net: Whisper, parts: tuple[str, ...] = INT8_PARTS) -> int:
+def quantize_linears(net: Whisper, parts: tuple[str, ...] = INT8_PARTS, kind: str = "int8") -> int:
     """Replace the linear layers (attention projections and MLPs) of the ``parts``' residual
-    blocks by int8 dynamically quantised ones, in place; the conv stem, layer norms, embeddings
-    and the vocabulary projection stay float32. Lossy (docs/benchmarks.md). Returns the number
-    of layers replaced."""
+    blocks, in place, by int8 dynamically quantised ones (``kind="int8"``) or by
+    :class:`Bf16Linear` (``"bf16"``); the conv stem, layer norms, attention, embeddings and the
+    vocabulary projection stay float32. Lossy (docs/benchmarks.md). Returns the number of
+    layers replaced."""
     unknown = set(parts) - set(INT8_PARTS)
     if unknown:
         raise ValueError(f"unknown part(s) {sorted(unknown)}; known: {list(INT8_PARTS)}")
+    if kind not in ("int8", "bf16"):
+        raise ValueError(f"kind must be 'int8' or 'bf16', not {kind!r}")
     replaced = 0
     for part in parts:
         blocks = getattr(net, part).blocks
         for module in list(blocks.modules()):
             for child_name, child in list(module.named_children()):
-                if isinstance(child, Linear):
-                    setattr(module, child_name, _int8_linear(child.weight, child.bias))
+                if isinstance(child, Linear) and not isinstance(child, Bf16Linear):
+                    setattr(module, child_name, _int8_linear(child.weight, child.bias) if kind == "int8"
+                            else Bf16Linear.of(child))
                     replaced += 1
     return replaced
 

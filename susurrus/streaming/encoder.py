@@ -10,7 +10,7 @@ equal those of the full stem. With unlimited look-ahead the result is the full e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -22,10 +22,13 @@ from susurrus.streaming.calls import EncodeFrames, Steps, drive
 
 @dataclass
 class EncoderState:
-    """Finalised frames' per-layer keys/values and outputs; outputs of provisional frames."""
+    """Finalised frames' per-layer keys/values; outputs of the frames the last step finalised
+    and of the provisional frames. (The outputs of frames finalised earlier are in the decoder's
+    cross-attention buffer already: they are not kept here.)"""
 
     cache: EncoderCache
-    final_out: torch.Tensor  # (1, finalised, width): outputs of frames no longer recomputed
+    finalized: int  # frames whose keys/values are cached: no longer recomputed
+    new_final: torch.Tensor  # (1, n, width): outputs of the frames the last step finalised
     provisional_out: torch.Tensor  # (1, k, width): outputs of frames recomputed next step
     # (1, p, width): the first frames of the silence after the audio, encoded as its
     # continuation (they attend to the audio; the audio's frames do not attend to them)
@@ -34,19 +37,17 @@ class EncoderState:
     @classmethod
     def empty(cls, net: Whisper) -> EncoderState:
         width = net.dims.n_audio_state
-        return cls(EncoderCache.empty(net.dims.n_audio_layer), torch.zeros(1, 0, width),
+        return cls(EncoderCache.empty(net.dims.n_audio_layer), 0, torch.zeros(1, 0, width),
                    torch.zeros(1, 0, width))
 
     @property
-    def finalized(self) -> int:
-        return self.final_out.shape[1]
-
-    @property
     def frames(self) -> int:
-        return self.final_out.shape[1] + self.provisional_out.shape[1]
+        return self.finalized + self.provisional_out.shape[1]
 
     def outputs(self) -> torch.Tensor:
-        return torch.cat([self.final_out, self.provisional_out], dim=1)
+        """The outputs of the frames the last step finalised and of the provisional ones:
+        frames ``[finalized - new_final.shape[1], frames)``."""
+        return torch.cat([self.new_final, self.provisional_out], dim=1)
 
 
 def normalize_frames(log_mel: torch.Tensor, running_max: float) -> torch.Tensor:
@@ -118,8 +119,8 @@ def encode_steps(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead
     encoder blocks' pass."""
     available = min(ready_frames(mel.shape[1], final), net.dims.n_audio_ctx)
     start = state.finalized
-    if available <= start:
-        return state
+    if available <= start:  # nothing new: nothing finalised by this step
+        return replace(state, new_final=state.new_final[:, :0])
     frames = stem_frames(net, mel, start, available, running_max)
     silence = max(0, min(silence, net.dims.n_audio_ctx - available))
     mask = None
@@ -142,8 +143,6 @@ def encode_steps(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead
     else:
         keep = max(0, available - start - lookahead)
     total = start + keep  # frames whose keys/values are cached from now on
-    layers: list[KV | None] = [None if kv is None or total == 0 else kv.narrow(0, total)
-                               for kv in cache.layers]
-    return EncoderState(EncoderCache(layers),
-                        torch.cat([state.final_out, out[:, :keep]], dim=1),
-                        out[:, keep:], silence_out)
+    # the provisional frames' keys/values are dead: the next step's frames are written in their place
+    layers: list[KV | None] = [None if kv is None or total == 0 else kv.keep(total) for kv in cache.layers]
+    return EncoderState(EncoderCache(layers), total, out[:, :keep], out[:, keep:], silence_out)

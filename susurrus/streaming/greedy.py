@@ -122,7 +122,7 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
             i += 1  # the batch already holds the position after this token
             continue
         # diverged from (or ran past) the verified hypothesis: continue one token at a time
-        cache = cache.rewind(base_len + len(tokens))  # the path up to the token before nxt
+        cache = cache.rewind(base_len + len(tokens), keep=True)  # the path up to the token before nxt
         hidden, cache, qk, approx = yield DecodeTokens([nxt], cache)
         hyp, i = [], 0
     qk_all = (torch.stack(attns, dim=1) if attns

@@ -202,7 +202,7 @@ class StreamSession(VoiceActivity):
             return []
         self._sync_mel()
         frames = push_audio(self.mel_state, np.zeros(0, np.float32), final=True)
-        self.window.mel = torch.cat([self.window.mel, frames], dim=1)
+        self.window.append_mel(frames)
         events: list[Event] = []
         if self.vad is not None:
             events.extend(self._turn_events(push_vad(self.vad, self.vad_state, np.zeros(0, np.float32), final=True)))
@@ -251,7 +251,7 @@ class StreamSession(VoiceActivity):
             samples = np.concatenate(self._unheard) if len(self._unheard) > 1 else self._unheard[0]
             self._unheard = []
             frames = push_audio(self.mel_state, samples)
-            self.window.mel = torch.cat([self.window.mel, frames], dim=1)
+            self.window.append_mel(frames)
 
     # ------------------------------------------------------------------ one step
 
@@ -372,7 +372,7 @@ class StreamSession(VoiceActivity):
                         win.committed.pop()
                         self._open_punctuation = True
         # the prefix cache now covers prompt + committed tokens but the last
-        win.prefix = cache.rewind(len(self._prompt()) + len(win.committed) - 1)
+        win.prefix = cache.rewind(len(self._prompt()) + len(win.committed) - 1, keep=True)
         win.last_hypothesis = tokens[n_commit:]
         self.interim = self.tokenizer.decode(tokens[n_commit:])
         if not final:
@@ -449,7 +449,7 @@ class StreamSession(VoiceActivity):
 
     def _update_cross(self, before: EncoderState, enc: EncoderState) -> Steps[None]:
         start = before.finalized
-        parts = [enc.final_out[:, start:], enc.provisional_out]
+        parts = [enc.new_final, enc.provisional_out]  # frames from before.finalized on
         if enc.silence_out is not None:
             parts.append(enc.silence_out)
         fresh = torch.cat(parts, dim=1)

@@ -34,6 +34,22 @@ class WindowState:
     committed_end_frame: int = 0  # encoder frame where the last committed word ends
     last_hypothesis: list[int] = field(default_factory=list)  # uncommitted tokens of the last step
     prefix: DecoderCache | None = None  # self-attention keys/values of the forced prefix but its last token
+    # the storage ``mel`` is the front of: new frames are written in place, and it is reallocated
+    # (with room to spare) only now and then, not at every step (growing copies fragment the heap
+    # of a process that runs streams for days)
+    mel_store: torch.Tensor | None = field(default=None, repr=False)
+
+    @torch.inference_mode()
+    def append_mel(self, frames: torch.Tensor) -> None:
+        """``mel`` followed by ``frames`` (n_mels, n)."""
+        n0, n = self.mel.shape[1], frames.shape[1]
+        store = self.mel_store
+        if store is None or n0 + n > store.shape[1] or store.data_ptr() != self.mel.data_ptr():
+            store = self.mel.new_empty((self.mel.shape[0], n0 + n + max(n, (n0 + n) // 4)))
+            store[:, :n0] = self.mel
+            self.mel_store = store
+        store[:, n0:n0 + n] = frames
+        self.mel = store[:, :n0 + n]
 
 
 class CrossBuffer:

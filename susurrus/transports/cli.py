@@ -26,11 +26,15 @@ MODEL_HELP = ("model: an embedded name (tiny.en, base), a CTranslate2 directory,
               "any size up to large-v3 and large-v3-turbo; nothing is downloaded (default: %(default)s)")
 
 
-COMPUTE_TYPES = ["float32", "int8", "int8_encoder", "int8_decoder"]  # susurrus.api.COMPUTE_TYPES (not imported: torch)
+# susurrus.api.COMPUTE_TYPES (not imported here: torch)
+COMPUTE_TYPES = ["float32", "int8", "int8_encoder", "int8_decoder", "bf16_encoder"]
 COMPUTE_TYPE_HELP = ("float32 (default, exact) or int8: the linear layers of the encoder's and the decoder's blocks "
                      "(attention projections, MLPs) on int8 weights, offline and streaming alike; int8_encoder and "
                      "int8_decoder quantise one side only. Lossy: only int8_encoder on tiny.en stayed within 0.2 WER "
-                     "points on the dev set (12%% less CPU); int8 cost base 3.3 points streaming (docs/benchmarks.md)")
+                     "points on the dev set (12%% less CPU); int8 cost base 3.3 points streaming. bf16_encoder: the "
+                     "encoder's linear layers in bfloat16, for CPUs with bf16 instructions (AVX512-BF16, AMX; "
+                     "elsewhere emulated and slower); it held tiny.en and base within 0.2 points for ~15%% less CPU "
+                     "(docs/benchmarks.md)")
 
 
 def _add_compute_args(p: argparse.ArgumentParser) -> None:
