@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-TRIM_EVERY_S = 10.0  # at most this often, after a stream closed, the freed heap goes back to the system
-MMAP_THRESHOLD = 1 << 20  # allocations this large get their own mapping (fix_mmap_threshold)
+TRIM_EVERY_S = 1.0  # while a worker works, this often the freed heap goes back to the system (heap_trimmer)
 READY = 0  # request id of a worker's "model loaded" message
 NO_REPLY = -1  # request id of a message that is not answered (close)
 STEPPED = ("feed", "finish")  # the requests that run as step generators
@@ -60,27 +59,16 @@ def portable(err: BaseException) -> BaseException:
         return RuntimeError(f"{type(err).__name__}: {err}")
 
 
-def fix_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
-    """glibc: allocations of ``size`` bytes or more get a mapping of their own, unmapped when
-    freed (``mallopt(M_MMAP_THRESHOLD)``). glibc's default starts there at 128 KiB but raises the
-    threshold to the size of each mapped block freed, so after a while a stream's caches (a
-    decoder layer's cross-attention keys: 1500 positions, 2.3 MB with tiny.en) come from the heap,
-    where streams of different lengths opening and closing leave it fragmented: a worker's RSS then
-    climbs for hours (the soak's workers: +19 % in 24 h of audio). Fixed at 1 MiB, a worker's RSS
-    follows what its streams hold; the step's temporaries, smaller, stay on the heap (a 64 KiB
-    threshold cost 30 % more CPU in page faults). False where there is no glibc."""
-    try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(-3, size))  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        return False
-
-
 def heap_trimmer() -> Callable[[], Any] | None:
     """glibc's ``malloc_trim(0)``: the heap pages that no allocation holds go back to the system
     (None where there is no glibc). A worker's tensors come and go in every size as streams of
-    different lengths step together; without it the freed pages of a closed stream's caches stay
-    in the worker's RSS, which then climbs to the largest load it ever had (the soak's workers
-    grew ~10 % in 3 hours of audio)."""
+    different lengths step together, and glibc keeps what is freed: it raises its mmap threshold
+    (to 32 MiB) and its trim threshold (twice that) to the largest block freed, so the heap holds
+    on to freed memory and the worker's RSS climbs towards the largest load it ever had (the
+    soak's workers: +19 % in 24 h of audio). Trimmed every second of work (~10 ms each), RSS
+    follows what the streams hold (an 8-stream worker over 2.9 h of audio: +2 %, against +8 %
+    trimmed only when a stream closes; a fixed mmap threshold of 1 MiB instead: +7 %, and of
+    64 KiB: flat but 30 % more CPU in page faults; docs/benchmarks.md)."""
     try:
         return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
@@ -93,7 +81,6 @@ def worker_main(conn: Connection, spec: ModelSpec) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server shuts us down
-    fix_mmap_threshold()
     import torch
 
     from susurrus.api import load_model
@@ -123,18 +110,20 @@ class WorkerLoop:
         self.lockstep = Lockstep(model.net)
         self.busy: dict[int, deque[tuple]] = {}  # stream id -> requests waiting behind its work in the lockstep
         self.trim = heap_trimmer()
-        self.closed_since_trim = False
+        self.worked_since_trim = False
         self.trimmed_at = time.monotonic()
 
     def run(self) -> None:
         while True:
             idle = not len(self.lockstep)
-            if (self.closed_since_trim and self.trim is not None
-                    and (idle or time.monotonic() - self.trimmed_at > TRIM_EVERY_S)):
-                self.trim(0)
-                self.closed_since_trim, self.trimmed_at = False, time.monotonic()
+            due = self.trimmed_at + TRIM_EVERY_S - time.monotonic()  # the next trim, after some work
+            if self.worked_since_trim and self.trim is not None and due <= 0:
+                self._trim()
             try:
-                if idle:  # nothing in flight: wait for a request
+                if idle:  # nothing in flight: wait for a request (and trim when one is due meanwhile)
+                    if self.worked_since_trim and self.trim is not None and not self.conn.poll(max(0.0, due)):
+                        self._trim()
+                        continue
                     if not self._take(self.conn.recv()):
                         return
                     if self.window_s and len(self.lockstep):  # a round starts: let others join it
@@ -149,10 +138,16 @@ class WorkerLoop:
                 return
             self.lockstep.round()
 
+    def _trim(self) -> None:
+        assert self.trim is not None
+        self.trim(0)
+        self.worked_since_trim, self.trimmed_at = False, time.monotonic()
+
     def _take(self, message: tuple) -> bool:
         """Start a request, or queue it behind its stream's work; False on ``exit``."""
         if message[1] == "exit":
             return False
+        self.worked_since_trim = True
         sid = message[2]
         if sid in self.busy:
             self.busy[sid].append(message)
@@ -200,7 +195,6 @@ class WorkerLoop:
         sessions = self.sessions
         if op == "close":
             sessions.pop(sid, None)
-            self.closed_since_trim = True
             return None
         if op == "open":
             sessions[sid] = self.model.stream(**arg)
