@@ -111,7 +111,7 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
         return 2
     limits, uploads = limits_of(args, per_replica)
     replica = ray_serve.ReplicaOptions(
-        model=args.model, threads=args.threads, int8_output=args.int8_output,
+        model=args.model, threads=args.threads, int8_output=args.int8_output, compute_type=args.compute_type,
         limits=limits, uploads=uploads,
         api_key=args.api_key, allowed_origins=args.allowed_origins, drain_s=args.drain_s,
         scale_down_grace_s=args.scale_down_grace_s)

@@ -84,6 +84,7 @@ class ReplicaOptions:
     model: str = "tiny.en"
     threads: int = 1
     int8_output: bool = False
+    compute_type: str = "float32"
     limits: Limits = field(default_factory=Limits)
     uploads: UploadLimits = field(default_factory=UploadLimits)
     api_key: str | None = None
@@ -157,7 +158,8 @@ class SusurrusReplica:
                                  "uploads": UploadLimits(**options["uploads"])})
         self.options = opts
         torch.set_num_threads(opts.threads)
-        self.model = susurrus.load_model(opts.model, threads=opts.threads, int8_output=opts.int8_output)
+        self.model = susurrus.load_model(opts.model, threads=opts.threads, int8_output=opts.int8_output,
+                                         compute_type=opts.compute_type)
         self.server_app = create_app(self.model, limits=opts.limits, api_key=opts.api_key, workers=0,
                                      threads=opts.threads, uploads=opts.uploads,
                                      allowed_origins=opts.allowed_origins, drain_s=opts.drain_s)
