@@ -1,8 +1,9 @@
 """Fuzz the realtime WebSocket protocol and the REST upload with a large budget: the fuzzer of
 ``tests/protocol_fuzz.py`` (the test suite runs it with a small one) at its four depths, each for
 a share of the time, then a normal session on the same server. Prints a table: cases, events,
-errors by code, crashes, hangs, broken promises, wall time; and the first problems found, with
-their cases.
+errors by code, crashes, hangs, broken promises, wall time; the unhandled exceptions the server
+logged meanwhile (the worker processes' own tracebacks go to stderr: keep it, ``2> fuzz.err``);
+and the first problems found, with their cases.
 
     python benchmarks/fuzz_protocol.py --minutes 10
     python benchmarks/fuzz_protocol.py --examples 500 --seed 1
@@ -11,7 +12,9 @@ their cases.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -43,6 +46,32 @@ SHARES = {"protocol": 0.25, "transcribed": 0.25, "server": 0.35, "form": 0.03, "
 
 class OutOfTime(Exception):
     pass
+
+
+class Unhandled(logging.Handler):
+    """Counts what the server process reports as an unhandled error while the fuzz runs: log records
+    at ERROR or above, or carrying a traceback, on the root logger and on uvicorn's (which does not
+    propagate; ``Exception in ASGI application``), and exceptions that end a thread."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR or record.exc_info:
+            self.seen.append(f"{record.name}: {record.getMessage()[:300]}")
+
+    def attach(self) -> None:
+        for name in ("", "uvicorn", "asyncio"):
+            logging.getLogger(name).addHandler(self)
+        previous = threading.excepthook
+
+        def hook(args: threading.ExceptHookArgs) -> None:
+            self.seen.append(f"thread {args.thread.name if args.thread else '?'}: "
+                             f"{args.exc_type.__name__}: {args.exc_value}")
+            previous(args)
+
+        threading.excepthook = hook
 
 
 def fuzz(name: str, strategy: st.SearchStrategy, run, examples: int, seconds: float, seed_value: int
@@ -117,7 +146,9 @@ def main() -> None:
     depths = [d for d in SHARES if args.only is None or d in args.only.split(",")]
     budget = args.minutes * 60 / sum(SHARES[d] for d in depths)
     rows, found, t_all = [], [], time.monotonic()
+    unhandled = Unhandled()
     with BackgroundServer(tiny, limits=limits, workers=2) as srv:
+        unhandled.attach()  # after uvicorn configured its loggers
         plan = {
             "protocol": (protocol_cases(small.max_message_bytes), lambda c: run_protocol(c, small)),
             "transcribed": (transcribed_cases(small.max_message_bytes), lambda c: run_transcribed(c, tiny, small)),
@@ -160,6 +191,10 @@ def main() -> None:
     for code, n in codes.most_common():
         print(f"| {code} | {n} |")
     print(f"\nafter the fuzz, a normal session transcribed LJ001-0002 correctly: {final_ok} ({done!r})")
+    print(f"unhandled exceptions logged by the server (ERROR records, tracebacks, thread deaths): "
+          f"{len(unhandled.seen)}")
+    for line in unhandled.seen[:5]:
+        print(f"  {line}")
     for depth, problem, case in found:
         print(f"\n[{depth}] {problem[:400]}\n  case: {case!r:.1500}")
 
