@@ -65,10 +65,11 @@ def heap_trimmer() -> Callable[[], Any] | None:
     different lengths step together, and glibc keeps what is freed: it raises its mmap threshold
     (to 32 MiB) and its trim threshold (twice that) to the largest block freed, so the heap holds
     on to freed memory and the worker's RSS climbs towards the largest load it ever had (the
-    soak's workers: +19 % in 24 h of audio). Trimmed every second of work (~10 ms each), RSS
-    follows what the streams hold (an 8-stream worker over 2.9 h of audio: +2 %, against +8 %
-    trimmed only when a stream closes; a fixed mmap threshold of 1 MiB instead: +7 %, and of
-    64 KiB: flat but 30 % more CPU in page faults; docs/benchmarks.md)."""
+    soak's workers: +19 % in 24 h of audio). Trimmed every second of work (~13 ms each), RSS
+    follows what the streams hold (an 8-stream worker over 3.2 h of audio: within ±2.5 %, against
+    +7.5 % trimmed only when a stream closes; a fixed mmap threshold of 1 MiB instead: +3.6-7 %,
+    and of 64 KiB: flat but 30 % more CPU in page faults; the 24-hour soak since: +3.5 % at most;
+    docs/benchmarks.md, "Why the workers grew")."""
     try:
         return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
@@ -116,12 +117,14 @@ class WorkerLoop:
     def run(self) -> None:
         while True:
             idle = not len(self.lockstep)
+            trimming = self.worked_since_trim and self.trim is not None
             due = self.trimmed_at + TRIM_EVERY_S - time.monotonic()  # the next trim, after some work
-            if self.worked_since_trim and self.trim is not None and due <= 0:
+            if trimming and due <= 0:
                 self._trim()
+                trimming = False
             try:
                 if idle:  # nothing in flight: wait for a request (and trim when one is due meanwhile)
-                    if self.worked_since_trim and self.trim is not None and not self.conn.poll(max(0.0, due)):
+                    if trimming and not self.conn.poll(max(0.0, due)):
                         self._trim()
                         continue
                     if not self._take(self.conn.recv()):
