@@ -503,6 +503,7 @@ class ProtocolChecker:
         self.speech = speech if speech is not None else np.zeros(0, np.int16)
         self.speech_at = 0
         self.appended: dict[int, int] = {}  # id(item) -> samples in its append work
+        self._held: list[Any] = []  # those items, alive: a freed item's id() goes to the next one
         self.result = CaseResult()
 
     def frame(self, step: Step) -> tuple[str | bytes, dict[str, Any] | None]:
@@ -564,6 +565,8 @@ class ProtocolChecker:
             elif (n == 0 and works) or (n and (len(works) != 1 or len(works[0].pcm) != n)):
                 v.append(f"{where}: {n} samples became {[len(w.pcm) for w in works]}")
             for w in works:
+                if id(w.item) not in self.appended:
+                    self._held.append(w.item)
                 self.appended[id(w.item)] = self.appended.get(id(w.item), 0) + len(w.pcm)
                 if w.item is not (s.turns if s.settings.server_turns else s.item):
                     v.append(f"{where}: audio queued for an item that is not the open one")
@@ -705,14 +708,13 @@ def run_transcribed(steps: list[Step], model: Any, limits: Limits) -> CaseResult
 def speech_cases(draw: Any, max_bytes: int, pieces: int = 4) -> list[Step]:
     """A session on the real server: a valid ``session.update`` (client commits), real speech
     appended in ``pieces`` with bad or irrelevant frames between them (never a commit, a clear or
-    other audio, which would change the item), the commit, then a few random frames and an
+    other audio, which would change the item: :func:`_changes_item`), the commit, then a few random frames and an
     ending: a clean close, the socket vanishing mid-stream, or a frame past the WebSocket limit."""
     rate = draw(st.sampled_from([24000, 16000]))
     latency = draw(st.sampled_from(["low", "medium", "high"]))
     steps = [Step("text", _dumps(session_update(rate, latency=latency)), "real")]
     between = single_steps(max_bytes, max_samples=2400, turns=False, buffer=False).filter(
-        lambda s: not (s.label == "input_audio_buffer.append" and (ev := _client_event(s, max_bytes)) is not None
-                       and _pcm_len(ev)))
+        lambda s: not _changes_item(s, max_bytes))
     for _ in range(pieces):
         steps.append(Step("speech", None, "speech"))
         steps += draw(st.lists(between, max_size=2))
@@ -720,6 +722,16 @@ def speech_cases(draw: Any, max_bytes: int, pieces: int = 4) -> list[Step]:
     steps += draw(st.lists(single_steps(max_bytes, max_samples=2400, turns=False), max_size=3))
     steps.append(Step(draw(st.sampled_from(["close", "drop", "oversize"])), None, "end"))
     return steps
+
+
+def _changes_item(step: Step, max_bytes: int) -> bool:
+    """Whether a frame, read as the protocol reads it, is audio or a commit or clear of the
+    buffer (a non-JSON frame can be one: ``{"type": "input_audio_buffer.commit", "x": 99…9}``
+    is a valid commit with an extra field)."""
+    ev = _client_event(step, max_bytes)
+    kind = ev.get("type") if ev else None
+    return (kind in ("input_audio_buffer.commit", "input_audio_buffer.clear")
+            or (kind == "input_audio_buffer.append" and bool(_pcm_len(ev))))
 
 
 def _speech_pieces(steps: list[Step], speech: np.ndarray) -> list[Step]:

@@ -6,6 +6,7 @@ same with a large budget. The bugs the fuzzer found have a regression test each,
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 
@@ -198,3 +199,44 @@ def test_an_upload_with_nan_or_absurd_samples_is_refused_at_once():
         result = run_upload(wav_bytes(x, bits=32, fmt=3), UploadLimits())
         assert result.ok, result.problems()
         assert dict(result.errors) == {"invalid_file_format": 1}
+
+
+def test_a_commit_with_an_extra_big_integer_is_a_commit_and_speech_cases_leave_it_out():
+    """The large fuzz's 'speech came back cut' (3 of 39,854 cases): a frame the generator meant
+    as bad JSON, ``{"type": "input_audio_buffer.commit", "x": 99…9}`` (20 digits), is a valid
+    commit; between the speech's pieces it split the item, and the fuzzer expected the whole
+    transcript of the part after it. The server was right; such frames stay out of the speech."""
+    from protocol_fuzz import ProtocolChecker, _changes_item
+
+    frame = '{"type": "input_audio_buffer.commit", "x": ' + "9" * 20 + "}"
+    checker = ProtocolChecker(SMALL, np.full(4800, 1000, np.int16))
+    checker.play(Step("text", json.dumps(session_update(24000)), "real"))
+    checker.play(Step("speech", 4800, "speech"))
+    events, works, _ = checker.play(Step("text", frame, "text.big_int"))
+    assert [e["type"] for e in events] == ["input_audio_buffer.committed"] and works, events
+    assert _changes_item(Step("text", frame, "text.big_int"), SMALL.max_message_bytes)
+    bad = '{"type": "input_audio_buffer.commit", "x": ' + "9" * 4301 + "}"  # past Python's int limit: not JSON
+    assert not _changes_item(Step("text", bad, "text.big_int"), SMALL.max_message_bytes)
+
+
+def test_items_after_a_commit_are_counted_from_zero(tiny):
+    """The large fuzz's 'item counts 4378 samples, its appends 4531' (2 cases: append, commit,
+    turn detection switched on, append): the checker kept each item's appended samples under
+    ``id(item)``; the committed item, freed, gave its id to the turn stream that came next, which
+    then seemed to own the old item's samples. Short items and turn streams in a row."""
+    def append(n: int) -> Step:
+        pcm = np.random.default_rng(n).normal(0, 3000, n).astype(np.int16)
+        return Step("text", json.dumps({"type": "input_audio_buffer.append",
+                                        "audio": base64.b64encode(pcm.tobytes()).decode()}),
+                    "input_audio_buffer.append")
+
+    commit = Step("text", json.dumps({"type": "input_audio_buffer.commit"}), "input_audio_buffer.commit")
+    steps = [Step("text", json.dumps(session_update(24000)), "session.update")]
+    for n in (153, 77, 2400):
+        steps += [append(n), commit,
+                  Step("text", json.dumps({"type": "transcription_session.update", "session": {
+                      "turn_detection": {"type": "semantic_vad"}}}), "transcription_session.update"),
+                  append(4378),
+                  Step("text", json.dumps(session_update(24000)), "session.update")]
+    result = run_transcribed(steps, tiny, SMALL)
+    assert result.ok, result.problems()
