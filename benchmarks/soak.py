@@ -9,7 +9,11 @@ random length between them (24 kHz PCM16 appends, paced at ``--speed`` times rea
 server's flow control may slow them down), then end: commit and wait for the transcript, then
 close (a clean end), close mid-stream without a commit, or drop the TCP connection mid-stream
 without a close (abrupt); then connect again. Sessions without turn detection also commit at
-some pauses (several items per session).
+some pauses (several items per session). Each slot's plan (its sessions, recordings, pauses,
+commits and endings) starts over every table period's share of its audio (an hour / ``--sessions``;
+the session crossing that mark is cut there), so every period carries the same work and what moves
+from one period to the next is the server, not the draw of recordings and pauses (``--fresh-plans``
+draws new ones: more distinct speech for the loop check, a per-step cost that moves with the mix).
 
 Every ``--sample-s`` seconds: RSS of the server and its worker processes (psutil, else /proc),
 ``/metrics`` (open-sessions gauge, accepted / transcribed / dropped audio seconds, compute
@@ -354,14 +358,23 @@ async def run_session(soak: Soak, s: Session, rng: random.Random) -> None:
             s.repetition = longest_repetition(s.transcript().split())
 
 
-async def run_slot(soak: Soak, slot: int, rng: random.Random) -> None:
+async def run_slot(soak: Soak, slot: int, seed: int) -> None:
+    """One client slot: sessions back to back until the run's audio is done. The slot's plan
+    (sessions, their recordings, pauses, commits and endings) repeats every ``cycle`` seconds
+    of its audio, a period of the report's table shared among the slots: every period then
+    carries the same work, so what moves from one to the next is the server, not the mix."""
     import websockets
 
     a = soak.args
+    cycle = periods_of(soak.target_s) / a.sessions
+    rng, next_cycle, sent = random.Random(seed), cycle, 0.0
     while not soak.done:
+        if sent >= next_cycle - 0.5:  # the plan starts over (a session that crossed the end was cut there)
+            rng, next_cycle = (rng if a.fresh_plans else random.Random(seed)), sent + cycle
         n = len(soak.sessions)
         ending = rng.choices(ENDINGS, weights=(1 - a.close_share - a.abort_share, a.close_share, a.abort_share))[0]
-        s = Session(n, slot, rng.random() < a.turns_share, ending, rng.uniform(*a.session_s))
+        turns, planned = rng.random() < a.turns_share, rng.uniform(*a.session_s)
+        s = Session(n, slot, turns, ending, min(planned, next_cycle - sent))
         soak.sessions.append(s)
         try:
             await run_session(soak, s, rng)
@@ -369,6 +382,7 @@ async def run_slot(soak: Soak, slot: int, rng: random.Random) -> None:
             s.ended = "connect_failed"
             s.errors.append(f"connect: {type(err).__name__}: {err}")
             await asyncio.sleep(1.0)
+        sent += s.sent_s
         if "session_limit_reached" in s.errors or s.ended == "refused":
             await asyncio.sleep(0.5)
 
@@ -454,7 +468,7 @@ async def soak_run(soak: Soak, base: str, pid: int, samples: list[dict[str, Any]
     started = soak.started = time.perf_counter()
     samples.append(await asyncio.to_thread(sample, soak, base, pid, started, 0))
     master = random.Random(a.seed)
-    slots = [asyncio.create_task(run_slot(soak, i, random.Random(master.getrandbits(64)))) for i in range(a.sessions)]
+    slots = [asyncio.create_task(run_slot(soak, i, master.getrandbits(64))) for i in range(a.sessions)]
     words_from = len(soak.words)
     next_sample = time.perf_counter() + a.sample_s
     next_line = 0.0
@@ -657,6 +671,9 @@ def main() -> int:
     ap.add_argument("--data", nargs="+", default=[str(SHARED_DATA / "longform"), str(SHARED_DATA / "dev")],
                     help="manifest directories to cut the audio from (default: the long-form and dev sets)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fresh-plans", action="store_true",
+                    help="draw new sessions every period instead of repeating each slot's plan: more distinct speech "
+                         "for the loop check, but the compute per step then moves with each period's mix")
     ap.add_argument("--json", default=str(Path(tempfile.gettempdir()) / "susurrus-soak.json"),
                     help="write the samples, sessions, table and checks here (default: %(default)s)")
     ap.add_argument("--plot", help="write a PNG of RSS and latency over the run here (docs/soak.png for the soak)")
