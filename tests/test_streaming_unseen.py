@@ -11,7 +11,7 @@ from susurrus.audio.io import decode_audio
 from susurrus.evaluation.degrade import numbered_reading, whisperize
 from susurrus.evaluation.health import longest_repetition, lost_words
 from susurrus.evaluation.metrics import error_counts
-from susurrus.streaming.guards import repeats_thrice
+from susurrus.streaming.guards import loop_span, repeats_thrice
 
 SR = 16000
 
@@ -37,6 +37,20 @@ def test_repeats_thrice_sees_loops_across_commits():
     assert not repeats_thrice([" 1", " 0", " 1"], [" 0"])  # twice is speech ("no, no")
     assert longest_repetition(["1", "1", "1", "1", "two"]) == 4
     assert longest_repetition(["a", "b", "a", "b"]) == 2
+
+
+def test_a_loop_inside_one_commit_is_seen_where_it_happens():
+    """The soak's session 746 committed "France, in France, in France, in form": the third
+    "France, in" came inside one commit, with a word after it, and the check looked only at
+    the commit's end. The loop is found where it completes; the words before it stand."""
+    before = [" But", " in", " Germany", " and", " France,"]
+    new = [" in", " France,", " in", " France,", " in", " form,", " especially"]
+    assert loop_span(before, new) == (3, 5)  # the third " France, in": new[3:5]
+    assert repeats_thrice(before, new)
+    assert loop_span([" a", " b", " a", " b"], [" a", " b", " c"]) == (0, 2)
+    assert loop_span([" go", " go"], [" -", " go"]) == (1, 2)  # a word without letters is no word
+    assert loop_span([" no,"], [" no,", " yes"]) is None
+    assert loop_span([], [" one", " two", " one", " two", " three"]) is None
 
 
 def test_whispered_speech_is_transcribed_not_gated_away(tiny, dev_item):

@@ -59,14 +59,29 @@ def word_key(word: str) -> str:
     return word.strip().strip(".,;:!?\"'-…").lower()
 
 
+def loop_span(before: list[str], new: list[str], longest: int = 8) -> tuple[int, int] | None:
+    """Where the words ``new`` first complete some 1..``longest``-word phrase said three times
+    in a row (words compared without case and punctuation), at any point inside ``new``, not
+    only at its end: ``(start, end)``, the third saying's words within ``new`` (``new[start:end]``;
+    ``start`` 0 when it began in ``before``), or None."""
+    keys = [k for k in map(word_key, before) if k]
+    keyed: list[int] = []  # the indices in ``new`` of its words that have a key
+    for i, w in enumerate(new):
+        key = word_key(w)
+        if not key:
+            continue
+        keys.append(key)
+        keyed.append(i)
+        for n in range(1, longest + 1):
+            if len(keys) >= 3 * n and keys[-n:] == keys[-2 * n:-n] == keys[-3 * n:-2 * n]:
+                return (keyed[-n] if len(keyed) >= n else 0), i + 1
+    return None
+
+
 def repeats_thrice(before: list[str], new: list[str], longest: int = 8) -> bool:
-    """Whether the words ``new`` complete some 1..``longest``-word phrase said three times in
-    a row at the end of ``before + new`` (words compared without case and punctuation)."""
-    words = [k for k in map(word_key, before + new) if k]
-    for n in range(1, longest + 1):
-        if len(words) >= 3 * n and words[-n:] == words[-2 * n:-n] == words[-3 * n:-2 * n]:
-            return True
-    return False
+    """Whether the words ``new`` complete, anywhere among them, some 1..``longest``-word phrase
+    said three times in a row (:func:`loop_span`)."""
+    return loop_span(before, new, longest) is not None
 
 
 def repeated_tail(words: list[str], limit: int, shortest: int = 3) -> int:

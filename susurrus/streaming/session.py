@@ -68,7 +68,7 @@ from susurrus.streaming.encoder import EncoderState, encode_steps, encode_window
 from susurrus.streaming.events import Committed, Event, Interim, LanguageDetected, StepStats, StreamWord, TurnEnded
 from susurrus.streaming.frontend import push_audio, stream_samples
 from susurrus.streaming.greedy import decode_step
-from susurrus.streaming.guards import reads_again, repeated_tail, repeats_thrice, speech_mask, word_key
+from susurrus.streaming.guards import loop_span, reads_again, repeated_tail, speech_mask, word_key
 from susurrus.streaming.hallucination import heard, opening_hallucinated
 from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv, state_attribute
 from susurrus.streaming.vad import (
@@ -342,14 +342,25 @@ class StreamSession(VoiceActivity):
                     n_commit = ends[keep - 1] if keep else 0
                     words = words[:keep]
             alone = not win.committed  # the window's first words: where invented phrases appear
-            looped = bool(words) and repeats_thrice([w.word for w in self.words[-24:]], [w.word for w in words])
+            span = loop_span([w.word for w in self.words[-24:]], [w.word for w in words]) if words else None
+            if span is not None:  # a phrase said a third time in a row, anywhere in these words: a
+                # decoding loop fed by the prompt (the text so far). Its third saying goes; the
+                # window restarts after it (the audio it was read from), without the prompt
+                win.committed_end_frame = end_frame(words[span[1] - 1], win)
+                self.dropped.extend(words[span[0]:])
+                if span[0]:  # the words before it stand
+                    n_commit, words = ends[span[0] - 1], words[:span[0]]
+                    tokens = tokens[:n_commit]  # nor shown as interim text
+                    self._looping = not final
+                    self._reset_prompt |= final
+                    span = None
+            looped = span is not None
             if words and (looped or (cfg.hallucination_guard and alone
                                      and opening_hallucinated(words, guard_vad, cfg.gate_threshold))):
                 # refused: not kept as a decoder prefix either (it would steer the rest of the
-                # window); the window restarts after the refused words, where they were read.
-                # A phrase committed a third time in a row is a decoding loop, fed by the prompt
-                # (the text so far): the next window starts without it
-                self.dropped.extend(words)
+                # window); the window restarts after the refused words, where they were read
+                if not looped:
+                    self.dropped.extend(words)
                 self._reset_prompt |= looped
                 if not final:
                     self._reanchor()
