@@ -71,15 +71,7 @@ from susurrus.streaming.greedy import decode_step
 from susurrus.streaming.guards import loop_span, reads_again, repeated_tail, speech_mask, word_key
 from susurrus.streaming.hallucination import heard, opening_hallucinated
 from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv, state_attribute
-from susurrus.streaming.vad import (
-    FRAME_MS,
-    FRAME_SAMPLES,
-    SileroVad,
-    finish_turn,
-    load_vad,
-    push_vad,
-    vad_probs,
-)
+from susurrus.streaming.vad import FRAME_MS, FRAME_SAMPLES, SileroVad, finish_turn, load_vad, push_vad, vad_probs
 from susurrus.streaming.words import end_frame, starts_word, step_words
 
 __all__ = [  # what other modules import from here (the settings and events live in config.py, events.py)
@@ -343,17 +335,14 @@ class StreamSession(VoiceActivity):
                     words = words[:keep]
             alone = not win.committed  # the window's first words: where invented phrases appear
             span = loop_span([w.word for w in self.words[-24:]], [w.word for w in words]) if words else None
-            if span is not None:  # a phrase said a third time in a row, anywhere in these words: a
-                # decoding loop fed by the prompt (the text so far). Its third saying goes; the
-                # window restarts after it (the audio it was read from), without the prompt
+            if span is not None:  # a phrase a third time in a row (a loop fed by the prompt): that saying
+                # goes, the words before it stand, the window restarts after it without the prompt
                 win.committed_end_frame = end_frame(words[span[1] - 1], win)
-                self.dropped.extend(words[span[0]:])
-                if span[0]:  # the words before it stand
+                self.dropped.extend(words[span[0]:span[1]])  # those after it are read again
+                if span[0]:
                     n_commit, words = ends[span[0] - 1], words[:span[0]]
-                    tokens = tokens[:n_commit]  # nor shown as interim text
-                    self._looping = not final
+                    tokens, self._looping, span = tokens[:n_commit], not final, None
                     self._reset_prompt |= final
-                    span = None
             looped = span is not None
             if words and (looped or (cfg.hallucination_guard and alone
                                      and opening_hallucinated(words, guard_vad, cfg.gate_threshold))):
