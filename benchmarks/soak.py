@@ -29,7 +29,7 @@ session (``longest_repetition`` <= 2), accepted audio = transcribed + dropped (b
 second, and for a run of 24 h or more at least 500 connects. Writes the samples as JSON
 (``--json``) and, with ``--plot``, a PNG of RSS and latency over the run.
 
-    python benchmarks/soak.py --audio-hours 24 --sessions 10 --speed 0.9 --plot docs/soak.png   # the soak
+    python benchmarks/soak.py --audio-hours 24 --sessions 12 --speed 0.9 --plot docs/soak.png   # the soak
     python benchmarks/soak.py --audio-hours 0.25 --session-s 10,60 --sample-s 5                # a quick check
 
 Pick ``--sessions`` x ``--speed`` well below what the server can do (tiny.en on 2 cores: ~14-16x
