@@ -198,7 +198,10 @@ def test_bench_streams_items_together_with_the_same_results(tiny, dev_items):
 
 def test_int8_parts_run_row_by_row_so_batching_stays_exact(dev_item):
     """With an int8 encoder (dynamic quantisation: each pass quantises its input as a whole),
-    streams stepped together still commit exactly what each commits alone."""
+    streams stepped together still commit exactly the words each commits alone. Their times
+    may move by a frame or two: the float parts are packed, and the alignment heads' attention
+    then differs by rounding, on some CPUs enough for DTW to take a neighbouring path (as in
+    float32, docs/benchmarks.md "Many streams, one engine"; here 0.02 s for one word)."""
     import susurrus
 
     model = susurrus.load_model("tiny.en", compute_type="int8_encoder")
@@ -210,4 +213,5 @@ def test_int8_parts_run_row_by_row_so_batching_stays_exact(dev_item):
     batch.finish(streams)
     for stream, audio in zip(streams, audios):
         alone = _alone(model, audio, 1600, {})
-        assert [(w.word, w.start) for w in stream.words] == [(w.word, w.start) for w in alone]
+        assert [w.word for w in stream.words] == [w.word for w in alone]
+        assert max(abs(w.start - a.start) for w, a in zip(stream.words, alone)) <= 0.1
