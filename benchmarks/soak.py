@@ -24,10 +24,12 @@ finished, transcribed or dropped (per quarter of the run when it is under 2 h; c
 ``--max-buffered-s`` ahead of it), and the checks: RSS of every period within 10 % of the first,
 compute per engine step (``susurrus_compute_seconds_total`` over ``susurrus_steps_total``; compute per
 audio second is printed too, but it moves with how much of the audio is pauses) within 10 % of the
-first period, the open-sessions gauge back to 0, no phrase committed three times in a row in any
-session (``longest_repetition`` <= 2), accepted audio = transcribed + dropped (by reason) to the
-second, and for a run of 24 h or more at least 500 connects. Writes the samples as JSON
-(``--json``) and, with ``--plot``, a PNG of RSS and latency over the run.
+first period (and the same over the host's speed, measured beside the server every ``--probe-s`` by
+``benchmarks/host_probe.py``: a shared VM's CPU time for the same work moves 10-20 % by the hour),
+the open-sessions gauge back to 0, no phrase committed three times in a row in any session
+(``longest_repetition`` <= 2), accepted audio = transcribed + dropped (by reason) to the second,
+and for a run of 24 h or more at least 500 connects. Writes the samples as JSON (``--json``) and,
+with ``--plot``, a PNG of RSS and latency over the run.
 
     python benchmarks/soak.py --audio-hours 24 --sessions 12 --speed 0.9 --plot docs/soak.png   # the soak
     python benchmarks/soak.py --audio-hours 0.25 --session-s 10,60 --sample-s 5                # a quick check
@@ -56,6 +58,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import asdict
@@ -171,6 +174,7 @@ def sample(soak: Soak, base: str, pid: int, started: float, words_from: int) -> 
             "accepted_s": m.get(ACCEPTED, 0.0), "transcribed_s": m.get(TRANSCRIBED, 0.0),
             "dropped_s": dropped, "compute_s": m.get(COMPUTE, 0.0), "steps": m.get(STEPS, 0.0),
             "done_s": round(m.get(TRANSCRIBED, 0.0) + sum(dropped.values()), 3),
+            "probes": len(soak.probes),
             "words": len(new), "algo_latency_mean": mean(algo), "algo_latency_p90": pct(algo, 90),
             "wall_latency_mean": mean(wall), "wall_latency_p90": pct(wall, 90)}
 
@@ -243,6 +247,9 @@ def report(soak: Soak, samples: list[dict[str, Any]], args: argparse.Namespace) 
         d_compute = end["compute_s"] - prev["compute_s"]
         d_steps = end["steps"] - prev["steps"]
         words = [w for w in soak.words if prev["wall_s"] < w[0] <= end["wall_s"]]
+        probes = soak.probes[prev.get("probes", 0):end.get("probes", 0)]
+        probe = float(np.median(probes)) if probes else float("nan")
+        per_step = 1000 * d_compute / d_steps if d_steps > 0 else float("nan")
         algo = [w[1] for w in words]
         wall = [w[2] for w in words if not math.isnan(w[2])]
         rows.append({"from": lo, "to": min(hi, total), "wall_s": end["wall_s"] - prev["wall_s"],
@@ -254,7 +261,7 @@ def report(soak: Soak, samples: list[dict[str, Any]], args: argparse.Namespace) 
                      "connects": end["connects"],
                      "compute_ms_per_s": 1000 * d_compute / d_audio if d_audio > 0 else float("nan"),
                      "steps": d_steps,
-                     "compute_ms_per_step": 1000 * d_compute / d_steps if d_steps > 0 else float("nan"),
+                     "compute_ms_per_step": per_step, "probe_ms": probe, "per_step_over_probe": per_step / probe,
                      "words": len(words), "algo_mean": mean(algo), "algo_p90": pct(algo, 90),
                      "wall_mean": mean(wall), "wall_p90": pct(wall, 90)})
         prev = end
@@ -272,6 +279,10 @@ def report(soak: Soak, samples: list[dict[str, Any]], args: argparse.Namespace) 
          "susurrus_steps_total)",
          " / ".join(f"{r['compute_ms_per_step']:.1f}" for r in rows),
          within([r["compute_ms_per_step"] for r in rows], 0.10)),
+        ("the same over the host's speed (compute per step / host_probe.py median ms, which moves with the "
+         "host alone) within ±10 % of the first",
+         " / ".join(f"{r['per_step_over_probe']:.2f}" for r in rows),
+         within([r["per_step_over_probe"] for r in rows], 0.10) if soak.probes else None),
         ("open-sessions gauge back to 0 at the end", f"{last['sessions_open']:g}", last["sessions_open"] == 0),
         ("longest repetition in any session's transcript <= 2",
          f"{max(reps, default=0)}" + (f" (session {worst.n})" if worst and worst.repetition > 2 else ""),
@@ -294,15 +305,15 @@ def report(soak: Soak, samples: list[dict[str, Any]], args: argparse.Namespace) 
           f"{soak.connects} connects, {os.cpu_count()} cores\n")
     print(f"| audio {unit} done | wall min | RSS MB median (max) | of which server process | open sessions mean (max) "
           "| connects | "
-          "compute ms per audio s | steps | compute ms per step | words | algorithmic latency mean / p90 s "
-          "| wall latency mean / p90 s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "compute ms per audio s | steps | compute ms per step | host probe ms | words "
+          "| algorithmic latency mean / p90 s | wall latency mean / p90 s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['from'] / scale:.2f}–{r['to'] / scale:.2f} | {r['wall_s'] / 60:.1f} | {r['rss_mb']:.0f} "
               f"({r['rss_max_mb']:.0f}) | {r['server_rss_mb']:.0f} | {f(r['sessions_mean'], 1)} "
               f"({r['sessions_max']:g}) | {r['connects']} | "
               f"{f(r['compute_ms_per_s'], 0)} | {r['steps']:.0f} | {f(r['compute_ms_per_step'], 1)} | "
-              f"{r['words']} | {f(r['algo_mean'])} / {f(r['algo_p90'])} | "
+              f"{f(r['probe_ms'], 2)} | {r['words']} | {f(r['algo_mean'])} / {f(r['algo_p90'])} | "
               f"{f(r['wall_mean'])} / {f(r['wall_p90'])} |")
     ends: dict[str, int] = {}
     for s in soak.sessions:
@@ -319,7 +330,7 @@ def report(soak: Soak, samples: list[dict[str, Any]], args: argparse.Namespace) 
             f"({samples[0]['processes']} processes)")
     print("\n| check | measured | pass |\n|---|---|---|")
     for name, value, ok in checks:
-        print(f"| {name} | {value} | {'n/a (short run)' if ok is None else 'yes' if ok else '**no**'} |")
+        print(f"| {name} | {value} | {'n/a' if ok is None else 'yes' if ok else '**no**'} |")
     return {"rows": rows, "checks": [{"check": c, "measured": v, "pass": ok} for c, v, ok in checks]}
 
 
@@ -346,6 +357,12 @@ def plot(path: str, samples: list[dict[str, Any]], soak: Soak) -> None:
     fig.suptitle(f"soak: {soak.connects} connects, {soak.sent_s / 3600:.2f} h of audio")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def read_probes(probe: subprocess.Popen, into: list[float]) -> None:
+    for line in probe.stdout or ():
+        with contextlib.suppress(ValueError):
+            into.append(float(line))
 
 
 def pair(text: str) -> tuple[float, float]:
@@ -387,6 +404,9 @@ def main() -> int:
     ap.add_argument("--block-ms", type=int, default=100, help="audio per append (default: %(default)s)")
     ap.add_argument("--sample-s", type=float, default=30.0,
                     help="wall seconds between samples of RSS, /metrics and latency (default: %(default)s)")
+    ap.add_argument("--probe-s", type=float, default=10.0,
+                    help="seconds between runs of benchmarks/host_probe.py beside the server, the host's speed for "
+                         "the per-step check (0: none; default: %(default)s)")
     ap.add_argument("--finish-timeout-s", type=float, default=300.0,
                     help="how long a clean end waits for the last transcript (default: %(default)s)")
     ap.add_argument("--settle-s", type=float, default=60.0,
@@ -422,6 +442,7 @@ def main() -> int:
     soak = Soak(f"ws://127.0.0.1:{port}/v1/realtime", source, args.audio_hours * 3600, args.speed,
                 RATE * args.block_ms // 1000, args)
     samples: list[dict[str, Any]] = []
+    probe = None
     try:
         for _ in range(3000):
             if server.poll() is not None:
@@ -431,8 +452,14 @@ def main() -> int:
                 break
             except OSError:
                 time.sleep(0.1)
+        if args.probe_s > 0:
+            probe = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "host_probe.py"), "--every",
+                                      str(args.probe_s)], stdout=subprocess.PIPE, text=True)
+            threading.Thread(target=read_probes, args=(probe, soak.probes), daemon=True).start()
         asyncio.run(soak_run(soak, base, server.pid, samples))
     finally:
+        if probe is not None:
+            probe.kill()
         server.send_signal(signal.SIGTERM)
         try:
             server.wait(timeout=60)

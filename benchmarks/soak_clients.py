@@ -121,6 +121,7 @@ class Soak:
     words: list[tuple[float, float, float]] = field(default_factory=list)  # (wall clock, algorithmic, wall latency)
     started: float = 0.0  # perf_counter at the first session
     accepted_s: float = 0.0  # audio the server accepted, as of the last /metrics sample
+    probes: list[float] = field(default_factory=list)  # host_probe.py's timings (ms), in order
 
     @property
     def done(self) -> bool:
