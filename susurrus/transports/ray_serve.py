@@ -69,8 +69,9 @@ REPLICA_HEADER = "x-susurrus-replica"
 # Real-time sessions one replica (one process, 1 torch thread, tiny.en) carries. Its streaming
 # steps hold the GIL, so a replica has one core at most; benchmarks/ray_cluster.py measured each
 # replica's CPU at 0.21-0.23 core-s per audio-s (plain serve 0.19) on the shared 2-core development
-# machine: ``capacity`` (75 % of a core busy) gives 3. docs/benchmarks.md measured 0.12 at a quieter
-# time (6). Set --sessions-per-replica from that benchmark for other models and machines.
+# machine: ``capacity`` (75 % of a core busy) gives 3. On the quiet machine (2026-12-02) it measured
+# 0.11 (6); 3 stays the default, the conservative side. Set --sessions-per-replica from that
+# benchmark for other models and machines.
 DEFAULT_SESSIONS_PER_REPLICA = 3
 HEALTH_PROBE_S = 20.0  # the engine probe must answer within this
 STOPPING_POLL_S = 1.0  # how often a replica with open sessions asks the controller whether it is being removed
