@@ -9,9 +9,9 @@ from conftest import DATA, need_data
 
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation.degrade import numbered_reading, whisperize
-from susurrus.evaluation.health import longest_repetition, lost_words
+from susurrus.evaluation.health import commit_delays, longest_repetition, lost_words
 from susurrus.evaluation.metrics import error_counts
-from susurrus.streaming.guards import loop_span, repeats_thrice
+from susurrus.streaming.guards import loop_span, reads_past_audio, repeats_thrice
 
 SR = 16000
 
@@ -110,3 +110,29 @@ def test_offline_sampling_does_not_run_past_the_text_context(tiny):
         pytest.skip(f"real speech data absent: {path}")
     segments, _ = tiny.transcribe(str(path), beam_size=1, temperature=(0.4,))
     assert " ".join(s.text for s in segments).strip()
+
+
+def test_reads_past_audio_is_a_continuation_that_reads_none_of_it():
+    n_real = 200
+    assert reads_past_audio([" other"], [1495], n_real)  # a word read from the silence after the audio
+    assert reads_past_audio([",", " other", "."], [150, 1495, 1499], n_real)  # punctuation is no word
+    assert not reads_past_audio([" same", " thing"], [190, 1486], n_real)  # it reads the audio first
+    assert not reads_past_audio([" the", " other"], [1495, 120], n_real)  # a glitch it comes back from
+    assert not reads_past_audio([".", "!"], [1499, 1499], n_real)
+    assert not reads_past_audio([], [], n_real)
+
+
+def test_a_decoder_that_lost_its_place_is_re_anchored_soon(tiny):
+    """A wrong opening ("and the" for "I can't look at", non-native speech) that the decoder
+    cannot continue: it read a word from the silence past the audio at every step and
+    committed nothing for 5 s of speech, until the 8 s stall rule. Two such steps with 1.5 s of
+    speech after the committed text now re-anchor the window without the prompt."""
+    path = DATA / "hard" / "audio" / "speechocean762_096230001.wav"
+    if not path.exists():
+        pytest.skip(f"real speech data absent: {path}")
+    audio = decode_audio(str(path))
+    _, offline_words = _offline(tiny, audio)
+    stream = _stream(tiny, audio, piece=SR * 64 // 100)
+    delays = commit_delays(stream.words, offline_words, len(audio) / SR)
+    assert max(delays) < 4.5, (stream.text, delays)  # 4.97 s before
+    assert longest_repetition([w.word for w in stream.words]) <= 2

@@ -17,12 +17,26 @@ from susurrus.streaming.calls import Steps, drive
 from susurrus.streaming.config import FRAME_S
 from susurrus.streaming.encoder import EncoderState, encode_step
 from susurrus.streaming.events import Event, Interim, StepStats, TurnEnded
+from susurrus.streaming.guards import speech_mask
 from susurrus.streaming.state import WindowState
-from susurrus.streaming.vad import FRAME_MS, SpeechStarted, SpeechStopped, push_turn, text_turn_silence_ms
+from susurrus.streaming.vad import FRAME_MS, SpeechStarted, SpeechStopped, push_turn, text_turn_silence_ms, vad_probs
 
 
 class VoiceActivity:
     """The gate and turn methods of ``StreamSession`` (see the module's docstring)."""
+
+    def _speech_after_commit(self, skip_s: float, threshold: float) -> float:
+        """Seconds of speech in the window from ``skip_s`` after its last committed word (its
+        start when nothing is committed) to the audio's edge: VAD frames at ``threshold``
+        (without a VAD, frames above the noise floor)."""
+        win = self.window
+        start = (win.start_frame + 2 * win.committed_end_frame) / 100 if win.committed else win.start_frame / 100
+        start += skip_s
+        if self.vad is not None:
+            _, p = vad_probs(self.vad_state, start * 1000, self.audio_time * 1000)
+            return float((p >= threshold).sum()) * FRAME_MS / 1000
+        first = max(0, round((start - win.start_frame / 100) / FRAME_S))
+        return float(speech_mask(win.mel, win.mel.shape[1] // 2)[first:].sum()) * FRAME_S
 
     def _turn_events(self, probs: np.ndarray) -> list[Event]:
         cfg = self.config

@@ -13,6 +13,11 @@ FRAME_S = 0.02  # seconds per encoder frame
 # wrong: they wait for detect_ms), and not before this much audio
 DETECT_SURE = 0.8
 DETECT_EARLIEST_S = 1.0
+# the decoder has lost its place when, for LOST_STEPS steps in a row, its continuation reads the
+# silence past the audio while LOST_SPEECH_S of possible speech follows the committed text (a
+# word is under 1 s: that much unread speech is words skipped, not one being heard)
+LOST_SPEECH_S = 1.5
+LOST_STEPS = 2
 RETRY_SPEECH_S = 0.5  # speech left 0.5 s past a window's last word that makes its last decode retry
 # Whisper pads a window with digital silence: log-mel at the floor, 8 below the audio's maximum,
 # normalised (floor + 4) / 4 = -0.7 for speech peaking at ~1.2 (dev and hard: 0.9-1.5; the

@@ -1,5 +1,6 @@
-"""The decoder's guards: end-of-text refused while speech remains, and the repetition and
-re-reading checks that catch a decoding loop or the decoder reading its audio twice. Pure
+"""The decoder's guards: end-of-text refused while speech remains, the repetition and
+re-reading checks that catch a decoding loop or the decoder reading its audio twice, and the
+check that it has lost the audio (its continuation reads the silence past it). Pure
 functions over tokens, words and frames; ``StreamSession`` and ``greedy.py`` apply them."""
 
 from __future__ import annotations
@@ -103,3 +104,13 @@ def reads_again(committed: list[str], new: list[str]) -> bool:
         if norm[i:i + len(head)] == head:
             return True
     return False
+
+
+def reads_past_audio(pieces: list[str], frames: list[int], n_real: int) -> bool:
+    """Whether a continuation (its tokens' ``pieces`` and the encoder ``frames`` they attend
+    to) reads none of the audio: its first word attends past the ``n_real`` real frames (into
+    the silence after them) and nothing after it comes back into the audio. Said while speech
+    remains after the committed text, the decoder has lost its place: the text so far leads it
+    where the audio does not go (a wrong first guess it cannot continue)."""
+    first = next((i for i, p in enumerate(pieces) if any(c.isalnum() for c in p)), None)
+    return first is not None and all(f >= n_real for f in frames[first:])

@@ -56,6 +56,8 @@ from susurrus.streaming.config import (
     DETECT_EARLIEST_S,
     DETECT_SURE,
     FRAME_S,
+    LOST_SPEECH_S,
+    LOST_STEPS,
     PRESETS,
     RETRY_SPEECH_S,
     SENTENCE_END,
@@ -68,10 +70,10 @@ from susurrus.streaming.encoder import EncoderState, encode_steps, encode_window
 from susurrus.streaming.events import Committed, Event, Interim, LanguageDetected, StepStats, StreamWord, TurnEnded
 from susurrus.streaming.frontend import push_audio, stream_samples
 from susurrus.streaming.greedy import decode_step
-from susurrus.streaming.guards import loop_span, reads_again, repeated_tail, speech_mask, word_key
+from susurrus.streaming.guards import loop_span, reads_again, reads_past_audio, repeated_tail, word_key
 from susurrus.streaming.hallucination import heard, opening_hallucinated
 from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv, state_attribute
-from susurrus.streaming.vad import FRAME_MS, FRAME_SAMPLES, SileroVad, finish_turn, load_vad, push_vad, vad_probs
+from susurrus.streaming.vad import FRAME_SAMPLES, SileroVad, finish_turn, load_vad, push_vad
 from susurrus.streaming.words import end_frame, starts_word, step_words
 
 __all__ = [  # what other modules import from here (the settings and events live in config.py, events.py)
@@ -260,7 +262,8 @@ class StreamSession(VoiceActivity):
         win = self.window
         max_frames = int(cfg.max_window_s / FRAME_S)
         stalled = (win.committed and win.encoder is not None
-                   and (win.encoder.frames - win.committed_end_frame) * FRAME_S > cfg.stall_s)
+                   and ((win.encoder.frames - win.committed_end_frame) * FRAME_S > cfg.stall_s
+                        or win.lost_steps >= LOST_STEPS))
         if not final and (win.mel.shape[1] // 2 > max_frames or stalled or self._looping):
             # full window, or nothing committed for a while after committed text the decoder
             # keeps failing to continue, or a decoding loop: start afresh at the end of the last
@@ -271,7 +274,7 @@ class StreamSession(VoiceActivity):
             self._reanchor()
             win = self.window
         elif (not final and not win.committed and self.previous and win.encoder is not None
-              and win.encoder.frames * FRAME_S > cfg.stall_s):
+              and (win.encoder.frames * FRAME_S > cfg.stall_s or win.lost_steps >= LOST_STEPS)):
             # a window that commits nothing for a while: decode it again without the prompt
             self._drop_prompt()
         before = win.encoder or EncoderState.empty(self.net)
@@ -374,12 +377,21 @@ class StreamSession(VoiceActivity):
         # the prefix cache now covers prompt + committed tokens but the last
         win.prefix = cache.rewind(len(self._prompt()) + len(win.committed) - 1, keep=True)
         win.last_hypothesis = tokens[n_commit:]
+        # the decoder lost its place: the continuation reads the silence past the audio while
+        # speech it has not read remains after the committed text (re-anchored without the
+        # prompt after LOST_STEPS such steps, as after a stall, but seconds sooner)
+        lost = (not final and (win.committed or self.previous)
+                and reads_past_audio([self._piece(t) for t in tokens[n_commit:]], frames[n_commit:], n_real)
+                and self._speech_after_commit(0.0, cfg.gate_threshold) >= LOST_SPEECH_S)
+        win.lost_steps = win.lost_steps + 1 if lost else 0
         self.interim = self.tokenizer.decode(tokens[n_commit:])
         if not final:
             events.append(Interim(self.interim, self.audio_time))
         self.stats.append(StepStats(self.audio_time, time.perf_counter() - t0, time.thread_time() - c0, encoded,
                                     len(tokens)))
-        if final and not self._retrying and self._speech_left() >= RETRY_SPEECH_S:
+        # (speech at vad_threshold: the retry must not read a pause's possible speech, where Whisper invents)
+        left = self._speech_after_commit(RETRY_SPEECH_S, cfg.vad_threshold) if final and not self._retrying else 0.0
+        if left >= RETRY_SPEECH_S:  # from RETRY_SPEECH_S after the last word: its end can be early by that much
             events.extend((yield from self._retry_end()))
         return events
 
@@ -387,19 +399,6 @@ class StreamSession(VoiceActivity):
         """Decode the window from here on without the text so far as its prompt."""
         self.previous = []
         self.window.prefix, self.window.last_hypothesis, self._rules = None, [], None
-
-    def _speech_left(self) -> float:
-        """Seconds of speech (VAD frames at ``vad_threshold``: the retry must not read a pause's
-        possible speech, where Whisper invents; without a VAD, frames above the noise floor) in
-        the window from ``RETRY_SPEECH_S`` after its last committed word on."""
-        win = self.window
-        start = (win.start_frame + 2 * win.committed_end_frame) / 100 if win.committed else win.start_frame / 100
-        start += RETRY_SPEECH_S  # a committed word's end can be early by that much
-        if self.vad is not None:
-            _, p = vad_probs(self.vad_state, start * 1000, self.audio_time * 1000)
-            return float((p >= self.config.vad_threshold).sum()) * FRAME_MS / 1000
-        first = max(0, round((start - win.start_frame / 100) / FRAME_S))
-        return float(speech_mask(win.mel, win.mel.shape[1] // 2)[first:].sum()) * FRAME_S
 
     def _retry_end(self) -> Steps[list[Event]]:
         """A window's last decode stopped while speech remains after its last committed word
@@ -476,11 +475,14 @@ class StreamSession(VoiceActivity):
         self._decode_looped = out.looped
         return out.tokens, out.frames, out.probs, out.qk, out.cache, out.following
 
-    def _starts_word(self, token: int) -> bool:
+    def _piece(self, token: int) -> str:
         piece = self._pieces.get(token)
         if piece is None:
             piece = self._pieces[token] = self.tokenizer.decode([token])
-        return starts_word(piece, self.language)
+        return piece
+
+    def _starts_word(self, token: int) -> bool:
+        return starts_word(self._piece(token), self.language)
 
     def _reanchor(self, at_end: bool = False) -> None:
         """Start a new window at the end of the last committed word (or drop old audio when
