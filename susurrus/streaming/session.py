@@ -45,10 +45,10 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import torch
 
-from susurrus.audio.features import SAMPLE_RATE, normalize, pad_or_trim
-from susurrus.decoding.decode import DecodingOptions, LogitRules, detect_language
+from susurrus.audio.features import SAMPLE_RATE
+from susurrus.decoding.decode import DecodingOptions, LogitRules
 from susurrus.model.tokenizer import Tokenizer
-from susurrus.model.whisper import KV, DecoderCache, Whisper
+from susurrus.model.whisper import KV, Whisper
 from susurrus.streaming.activity import VoiceActivity
 from susurrus.streaming.calls import CrossKV, Steps, drive
 from susurrus.streaming.commit import has_letters, stable_count, word_boundary
@@ -72,6 +72,7 @@ from susurrus.streaming.frontend import push_audio, stream_samples
 from susurrus.streaming.greedy import decode_step
 from susurrus.streaming.guards import loop_span, reads_again, reads_past_audio, repeated_tail, word_key
 from susurrus.streaming.hallucination import heard, opening_hallucinated
+from susurrus.streaming.language import window_language
 from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv, state_attribute
 from susurrus.streaming.vad import FRAME_SAMPLES, SileroVad, finish_turn, load_vad, push_vad
 from susurrus.streaming.words import end_frame, starts_word, step_words
@@ -427,20 +428,12 @@ class StreamSession(VoiceActivity):
         return events
 
     def _detect_language(self, sure_only: bool = False) -> LanguageDetected | None:
-        """Pick the window's language as Whisper does offline: from the decoder's first
-        prediction over a full (bidirectional) encoding of the window's audio so far, padded
-        to 30 s (one extra encode per window). ``sure_only``: from the stream's own encoding
-        (the cross-attention buffer: one decoder token), and only a language the decoder gives
-        ``DETECT_SURE``; otherwise None."""
-        if sure_only:
-            cache = DecoderCache(self.cross.kv, [None] * len(self.net.decoder.blocks))
-            ranked = detect_language(self.net, self._base_tokenizer, cache=cache)
-            if ranked[0][1] < DETECT_SURE:
-                return None
-        else:
-            mel = normalize(self.window.mel, self.mel_state.running_max)
-            ranked = detect_language(self.net, self._base_tokenizer, self.net.embed_audio(pad_or_trim(mel)[None]))
-        self.language, probability = ranked[0]
+        """Pick the window's language (:func:`~susurrus.streaming.language.window_language`)."""
+        found = window_language(self.net, self._base_tokenizer, self.cross.kv, self.window.mel,
+                                self.mel_state.running_max, sure_only)
+        if found is None:
+            return None
+        self.language, probability = found
         self.tokenizer = self._base_tokenizer.with_options(self.language, self.config.task)
         self.window.prefix = None
         self._rules = None
