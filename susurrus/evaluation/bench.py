@@ -140,7 +140,13 @@ class BenchResult:
         stall = max(self.items, key=lambda i: i.max_delay_s, default=None)
         stall_s = f"{stall.max_delay_s:.2f} ({stall.id})" if stall else "-"
         return f"| {self.config.chunk_ms}/{self.config.lookahead_ms}/{self.config.commit_margin_ms} | {delta} " \
-               f"| {lost} | {rep} | {stall_s} |"
+               f"| {lost} | {rep} | {stall_s} | {self.stall_bar_s:.2f} |"
+
+    @property
+    def stall_bar_s(self) -> float:
+        """The longest commit delay a healthy stream stays within: 3 s beyond the setting's own
+        delay (a step's audio plus the commit margin)."""
+        return 3.0 + (self.config.chunk_ms + self.config.commit_margin_ms) / 1000
 
     def condition_rows(self) -> list[str]:
         groups: dict[str, list[ItemResult]] = {}
@@ -178,7 +184,8 @@ HEADER = ("| chunk ms | look-ahead ms | margin ms | policy | WER % | offline WER
           "| latency mean s | p50 s | p90 s | core-s / audio-s | re-encode core-s / audio-s | median step ms "
           "| peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 HEALTH_HEADER = ("| setting | worst item, WER points over offline | offline words lost to the gate "
-                 "| longest repetition | longest commit delay s |\n|---|---|---|---|---|")
+                 "| longest repetition | longest commit delay s | its bar s (3 s + chunk + margin) |"
+                 "\n|---|---|---|---|---|---|")
 CONDITION_HEADER = ("| condition | items | minutes | stream WER % | offline WER % | Δ | stream vs offline % "
                     "| latency mean s | worst item Δ |\n|---|---|---|---|---|---|---|---|---|")
 WORST_HEADER = "| item | condition | stream WER % | offline WER % | stream | offline |\n|---|---|---|---|---|---|"
