@@ -1,0 +1,83 @@
+"""How far offline Whisper moves from itself, item by item: the floor under "no item more than
+15 points worse than offline".
+
+For every item (English by default) the reference is the bench's: the same model as
+``susurrus transcribe --beam-size 1`` runs it (greedy with the temperature fallback). Beside it,
+offline transcriptions of the same audio changed in ways that should not matter: ``--shift-ms``
+of digital silence before the audio, and beam 5 (``susurrus transcribe``'s default). Per set:
+WER of each, and how many items each gets more than 15 points worse / better than the
+reference: what near-ties on short, hard items look like without any streaming.
+
+    python benchmarks/offline_noise.py ../shared/data/hard ../shared/data/dev \
+        [--offline-cache /tmp/off_tiny_all.json] [--shift-ms 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+import susurrus
+from susurrus.audio.io import decode_audio
+from susurrus.evaluation.bench import _load_cache, offline_reference
+from susurrus.evaluation.data import read_items
+from susurrus.evaluation.metrics import error_counts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("inputs", nargs="+", help="manifests or folders holding one (labelled items only)")
+    ap.add_argument("--model", default="tiny.en")
+    ap.add_argument("--language", default="en")
+    ap.add_argument("--shift-ms", type=int, default=200, help="digital silence put before the audio")
+    ap.add_argument("--offline-cache", help="the bench's offline cache (the reference), read and extended")
+    ap.add_argument("--json", help="every item's three texts")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    model = susurrus.load_model(args.model)
+    items = [i for i in read_items(args.inputs) if i.text and (i.language or "en") == args.language]
+    cache = _load_cache(args.offline_cache)
+    variants = ("reference", f"{args.shift_ms} ms silence before", "beam 5")
+    rows: dict[str, dict[str, list]] = {}
+    out = {}
+    for item in tqdm(items, desc="offline", file=sys.stderr, disable=not sys.stderr.isatty()):
+        audio = decode_audio(item.audio)
+        key = f"{model.name}|{item.id}|{len(audio)}|{args.language if model.is_multilingual else None}"
+        if key not in cache:
+            cache[key] = [offline_reference(model, audio, args.language if model.is_multilingual else None)[0], []]
+        shifted = np.concatenate([np.zeros(16 * args.shift_ms, np.float32), audio])
+        texts = [cache[key][0]]
+        for audio_in, beam in ((shifted, 1), (audio, 5)):
+            segments, _ = model.transcribe(audio_in, beam_size=beam, language=args.language)
+            texts.append(" ".join(s.text.strip() for s in segments))
+        out[item.id] = dict(zip(variants, texts))
+        counts = [error_counts(item.text, t, args.language, "word") for t in texts]
+        set_name = next((c for c in item.conditions if c.startswith("set: ")), "all")
+        for group in (set_name, "all"):
+            rows.setdefault(group, {v: [] for v in variants})
+            for v, (errors, n) in zip(variants, counts):
+                rows[group][v].append((errors, n))
+    if args.offline_cache:
+        with open(args.offline_cache, "w") as f:
+            json.dump(cache, f)
+    print(f"\n{args.model}, {len(items)} items; reference: greedy with the temperature fallback\n")
+    print("| set | variant | WER % | items > 15 points worse / better than the reference |\n|---|---|---|---|")
+    for group, by_variant in rows.items():
+        ref = by_variant["reference"]
+        for v, counts in by_variant.items():
+            wer = 100 * sum(e for e, _ in counts) / max(1, sum(n for _, n in counts))
+            worse = sum((e - r) / n * 100 > 15 for (e, n), (r, _) in zip(counts, ref))
+            better = sum((r - e) / n * 100 > 15 for (e, n), (r, _) in zip(counts, ref))
+            print(f"| {group} | {v} | {wer:.2f} | {'-' if v == 'reference' else f'{worse} / {better}'} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
