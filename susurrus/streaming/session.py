@@ -380,8 +380,9 @@ class StreamSession(VoiceActivity):
         win.last_hypothesis = tokens[n_commit:]
         # the decoder lost its place: the continuation reads the silence past the audio while
         # speech it has not read remains after the committed text (re-anchored without the
-        # prompt after LOST_STEPS such steps, as after a stall, but seconds sooner)
-        lost = (not final and (win.committed or self.previous)
+        # prompt after LOST_STEPS such steps, as after a stall, but seconds sooner; a
+        # translation is not aligned with its audio, see commit.py)
+        lost = (not final and cfg.task == "transcribe" and (win.committed or self.previous)
                 and reads_past_audio([self._piece(t) for t in tokens[n_commit:]], frames[n_commit:], n_real)
                 and self._speech_after_commit(0.0, cfg.gate_threshold) >= LOST_SPEECH_S)
         win.lost_steps = win.lost_steps + 1 if lost else 0
