@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from susurrus.decoding.alignment import speech_frames
+from susurrus.streaming.commit import has_letters
 
 
 def speech_mask(mel_log10: torch.Tensor, n_real: int) -> np.ndarray:
@@ -112,5 +113,5 @@ def reads_past_audio(pieces: list[str], frames: list[int], n_real: int) -> bool:
     the silence after them) and nothing after it comes back into the audio. Said while speech
     remains after the committed text, the decoder has lost its place: the text so far leads it
     where the audio does not go (a wrong first guess it cannot continue)."""
-    first = next((i for i, p in enumerate(pieces) if any(c.isalnum() for c in p)), None)
+    first = next((i for i, p in enumerate(pieces) if has_letters(p)), None)
     return first is not None and all(f >= n_real for f in frames[first:])
