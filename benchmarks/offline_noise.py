@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 import susurrus
 from susurrus.audio.io import decode_audio
-from susurrus.evaluation.bench import _load_cache, offline_reference
+from susurrus.evaluation.bench import load_offline_cache, offline_key, offline_reference
 from susurrus.evaluation.data import read_items
 from susurrus.evaluation.metrics import error_counts
 
@@ -41,15 +41,16 @@ def main() -> None:
     torch.set_num_threads(1)
     model = susurrus.load_model(args.model)
     items = [i for i in read_items(args.inputs) if i.text and (i.language or "en") == args.language]
-    cache = _load_cache(args.offline_cache)
+    cache = load_offline_cache(args.offline_cache)
     variants = ("reference", f"{args.shift_ms} ms silence before", "beam 5")
     rows: dict[str, dict[str, list]] = {}
     out = {}
     for item in tqdm(items, desc="offline", file=sys.stderr, disable=not sys.stderr.isatty()):
         audio = decode_audio(item.audio)
-        key = f"{model.name}|{item.id}|{len(audio)}|{args.language if model.is_multilingual else None}"
+        language = args.language if model.is_multilingual else None  # as the bench gives it
+        key = offline_key(model, item.id, len(audio), language)
         if key not in cache:
-            cache[key] = [offline_reference(model, audio, args.language if model.is_multilingual else None)[0], []]
+            cache[key] = [offline_reference(model, audio, language)[0], []]
         shifted = np.concatenate([np.zeros(16 * args.shift_ms, np.float32), audio])
         texts = [cache[key][0]]
         for audio_in, beam in ((shifted, 1), (audio, 5)):

@@ -264,10 +264,10 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
     def language(item: Item) -> str | None:
         return None if detect_language or not model.is_multilingual else item.language
 
-    cache = _load_cache(offline_cache)
+    cache = load_offline_cache(offline_cache)
     offline: dict[str, tuple[str, list[Word]]] = {}
     for item in tqdm(items, desc="offline reference", disable=not progress, file=sys.stderr):
-        key = f"{model.name}|{item.id}|{len(audio[item.id])}|{language(item)}"
+        key = offline_key(model, item.id, len(audio[item.id]), language(item))
         if key not in cache:
             text, words = offline_reference(model, audio[item.id], language(item))
             cache[key] = [text, [asdict(w) for w in words]]
@@ -310,7 +310,15 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
     return results
 
 
-def _load_cache(path: str | None) -> dict:
+def offline_key(model, item_id: str, n_samples: int, language: str | None) -> str:
+    """An offline transcription's key in the cache (``--offline-cache``): model, item, audio
+    length and the language given (None: English-only, or detected)."""
+    return f"{model.name}|{item_id}|{n_samples}|{language}"
+
+
+def load_offline_cache(path: str | None) -> dict:
+    """The offline transcriptions kept between runs (``{key: [text, [word dicts]]}``), or an
+    empty cache when ``path`` is None, missing or unreadable."""
     try:
         with open(path) as f:  # type: ignore[arg-type]
             return json.load(f)
