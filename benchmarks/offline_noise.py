@@ -4,7 +4,8 @@
 For every item (English by default) the reference is the bench's: the same model as
 ``susurrus transcribe --beam-size 1`` runs it (greedy with the temperature fallback). Beside it,
 offline transcriptions of the same audio changed in ways that should not matter: ``--shift-ms``
-of digital silence before the audio, and beam 5 (``susurrus transcribe``'s default). Per set:
+of digital silence before the audio, beam 5 (``susurrus transcribe``'s default), and decoding
+without timestamp tokens (``--without-timestamps``: how the stream decodes). Per set:
 WER of each, and how many items each gets more than 15 points worse / better than the
 reference: what near-ties on short, hard items look like without any streaming.
 
@@ -42,7 +43,7 @@ def main() -> None:
     model = susurrus.load_model(args.model)
     items = [i for i in read_items(args.inputs) if i.text and (i.language or "en") == args.language]
     cache = load_offline_cache(args.offline_cache)
-    variants = ("reference", f"{args.shift_ms} ms silence before", "beam 5")
+    variants = ("reference", f"{args.shift_ms} ms silence before", "beam 5", "without timestamps")
     rows: dict[str, dict[str, list]] = {}
     out = {}
     for item in tqdm(items, desc="offline", file=sys.stderr, disable=not sys.stderr.isatty()):
@@ -53,8 +54,9 @@ def main() -> None:
             cache[key] = [offline_reference(model, audio, language)[0], []]
         shifted = np.concatenate([np.zeros(16 * args.shift_ms, np.float32), audio])
         texts = [cache[key][0]]
-        for audio_in, beam in ((shifted, 1), (audio, 5)):
-            segments, _ = model.transcribe(audio_in, beam_size=beam, language=args.language)
+        for audio_in, beam, plain in ((shifted, 1, False), (audio, 5, False), (audio, 1, True)):
+            segments, _ = model.transcribe(audio_in, beam_size=beam, language=args.language,
+                                           without_timestamps=plain)
             texts.append(" ".join(s.text.strip() for s in segments))
         out[item.id] = dict(zip(variants, texts))
         counts = [error_counts(item.text, t, args.language, "word") for t in texts]
