@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--language", default="en")
     ap.add_argument("--shift-ms", type=int, default=200, help="digital silence put before the audio")
     ap.add_argument("--offline-cache", help="the bench's offline cache (the reference), read and extended")
-    ap.add_argument("--json", help="every item's three texts")
+    ap.add_argument("--json", help="every item's texts, one per variant")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = susurrus.load_model(args.model)
