@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 
 import torch
 from tqdm import tqdm
@@ -25,7 +24,7 @@ from tqdm import tqdm
 import susurrus
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation.alignment import align_words, normalized_words
-from susurrus.evaluation.bench import load_offline_cache, offline_key, offline_reference, stream_item
+from susurrus.evaluation.bench import cached_offline, load_offline_cache, stream_item
 from susurrus.evaluation.data import read_items
 from susurrus.evaluation.metrics import error_counts, normalize
 from susurrus.streaming.config import stream_config
@@ -55,14 +54,10 @@ def main() -> None:
     out = []
     for item in tqdm(items, desc="items", file=sys.stderr, disable=not sys.stderr.isatty()):
         audio = decode_audio(item.audio)
-        key = offline_key(model, item.id, len(audio), None if not model.is_multilingual else "en")
-        if key not in cache:
-            text, words = offline_reference(model, audio, "en" if model.is_multilingual else None)
-            cache[key] = [text, [asdict(w) for w in words]]
-        offline_text = cache[key][0]
+        offline_text, _ = cached_offline(model, cache, item.id, audio, "en" if model.is_multilingual else None)
         session, _ = stream_item(model.net, model.tokenizer, audio, config, silence, vad)
-        n = max(1, len(normalize(item.text).split()))
-        gap = 100 * (error_counts(item.text, session.text)[0] - error_counts(item.text, offline_text)[0]) / n
+        stream_errors, n = error_counts(item.text, session.text)
+        gap = 100 * (stream_errors - error_counts(item.text, offline_text)[0]) / max(1, n)
         if gap <= args.worse:
             continue
         n_items += 1

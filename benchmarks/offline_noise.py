@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 import susurrus
 from susurrus.audio.io import decode_audio
-from susurrus.evaluation.bench import load_offline_cache, offline_key, offline_reference
+from susurrus.evaluation.bench import cached_offline, load_offline_cache
 from susurrus.evaluation.data import read_items
 from susurrus.evaluation.metrics import error_counts
 
@@ -49,11 +49,8 @@ def main() -> None:
     for item in tqdm(items, desc="offline", file=sys.stderr, disable=not sys.stderr.isatty()):
         audio = decode_audio(item.audio)
         language = args.language if model.is_multilingual else None  # as the bench gives it
-        key = offline_key(model, item.id, len(audio), language)
-        if key not in cache:
-            cache[key] = [offline_reference(model, audio, language)[0], []]
         shifted = np.concatenate([np.zeros(16 * args.shift_ms, np.float32), audio])
-        texts = [cache[key][0]]
+        texts = [cached_offline(model, cache, item.id, audio, language)[0]]
         for audio_in, beam, plain in ((shifted, 1, False), (audio, 5, False), (audio, 1, True)):
             segments, _ = model.transcribe(audio_in, beam_size=beam, language=args.language,
                                            without_timestamps=plain)

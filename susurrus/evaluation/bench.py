@@ -267,12 +267,7 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
     cache = load_offline_cache(offline_cache)
     offline: dict[str, tuple[str, list[Word]]] = {}
     for item in tqdm(items, desc="offline reference", disable=not progress, file=sys.stderr):
-        key = offline_key(model, item.id, len(audio[item.id]), language(item))
-        if key not in cache:
-            text, words = offline_reference(model, audio[item.id], language(item))
-            cache[key] = [text, [asdict(w) for w in words]]
-        text, words = cache[key]
-        offline[item.id] = (text, [Word(**w) for w in words])
+        offline[item.id] = cached_offline(model, cache, item.id, audio[item.id], language(item))
     if offline_cache:
         with open(offline_cache, "w") as f:
             json.dump(cache, f)
@@ -314,6 +309,18 @@ def offline_key(model, item_id: str, n_samples: int, language: str | None) -> st
     """An offline transcription's key in the cache (``--offline-cache``): model, item, audio
     length and the language given (None: English-only, or detected)."""
     return f"{model.name}|{item_id}|{n_samples}|{language}"
+
+
+def cached_offline(model, cache: dict, item_id: str, audio: np.ndarray, language: str | None,
+                   ) -> tuple[str, list[Word]]:
+    """The item's offline reference (:func:`offline_reference`) from ``cache`` (see
+    :func:`load_offline_cache`), transcribed and added to it when missing."""
+    key = offline_key(model, item_id, len(audio), language)
+    if key not in cache:
+        text, words = offline_reference(model, audio, language)
+        cache[key] = [text, [asdict(w) for w in words]]
+    text, words = cache[key]
+    return text, [Word(**w) for w in words]
 
 
 def load_offline_cache(path: str | None) -> dict:
