@@ -53,6 +53,9 @@ class StreamConfig:
     uncertain_margin_ms: int = 1500  # ... this margin instead (more right context to settle)
     first_margin_ms: int = 1000  # commit margin until the window's first commit (opening words need context)
     opening_agreement: bool = True  # ... and two consecutive steps must agree on them
+    # ... and the window's audio so far is read again in both directions: words that reading has
+    # in front of the stream's opening, and the stream lost, are committed first (opening.py)
+    opening_check: bool = True
     interim_edge_ms: int = 200  # stop decoding at tokens read this close to the audio edge (they change)
     reread_frames: int = 25  # stop at a new word read this many encoder frames (20 ms) before the last one
     vad: bool = True  # Silero VAD: no compute in non-speech, no text over it

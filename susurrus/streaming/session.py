@@ -73,6 +73,7 @@ from susurrus.streaming.greedy import decode_step
 from susurrus.streaming.guards import loop_span, reads_again, reads_past_audio, repeated_tail, word_key
 from susurrus.streaming.hallucination import heard, opening_hallucinated
 from susurrus.streaming.language import window_language
+from susurrus.streaming.opening import find_opening
 from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv, state_attribute
 from susurrus.streaming.vad import FRAME_SAMPLES, SileroVad, finish_turn, load_vad, push_vad
 from susurrus.streaming.words import end_frame, starts_word, step_words
@@ -323,6 +324,16 @@ class StreamSession(VoiceActivity):
                                     self.tokenizer.decode, relaxed)
         n_commit = word_boundary(tokens, n_commit, final, self._starts_word, self.tokenizer.eot, following)
         guard_vad = self.vad_state if self.vad is not None else None
+        found = None  # the window's opening words the stream lost (opening.py), committed in front
+        moved = not win.committed and bool(tokens) and bool(win.first_tokens - {tokens[0]})  # its opening moved
+        if not win.committed and tokens:
+            win.first_tokens.add(tokens[0])
+        if n_commit and moved and cfg.opening_check and cfg.task == "transcribe":
+            found = yield from find_opening(self.net, self.tokenizer, cfg, win, self.cross, self._prompt(), self._rules,
+                                            self._starts_word, tokens, probs, qk, n_commit, n_real,
+                                            self.mel_state.running_max, self._silence_frames, final, guard_vad)
+            if found is not None:
+                tokens, frames, probs, qk, n_commit = found.prepend(tokens, frames, probs, qk, n_commit)
         if n_commit:
             words, ends = step_words(self.tokenizer, tokens, n_commit, probs, qk, n_real, win,
                                      self.words[-1].end if self.words else None, round(self.audio_time, 3))
@@ -376,7 +387,7 @@ class StreamSession(VoiceActivity):
                         win.committed.pop()
                         self._open_punctuation = True
         # the prefix cache now covers prompt + committed tokens but the last
-        win.prefix = cache.rewind(len(self._prompt()) + len(win.committed) - 1, keep=True)
+        win.prefix = cache.rewind(len(self._prompt()) + len(win.committed) - 1, keep=True) if found is None else None
         win.last_hypothesis = tokens[n_commit:]
         # the decoder lost its place: the continuation reads the silence past the audio while
         # speech it has not read remains after the committed text (re-anchored without the

@@ -1,0 +1,145 @@
+"""A window's opening words that the causal encoder lost, found again.
+
+Whisper was trained on 30 s windows that often begin mid-utterance, and it learned to start its
+transcript at the first word it is sure of. A stream's window starts where speech starts (or at
+the end of the last committed word), and its opening frames are the ones the incremental
+encoder reads with the least context: they were encoded before the speech after them was heard.
+So a window's first commit sometimes begins a word or two late: "für den Ausfall" for "Die
+Ursache für den Ausfall", "Mr. John" for "And Mr. John", while offline Whisper, whose encoder
+reads the same audio in both directions, has the opening words.
+
+Once per window, when its first words are about to be committed, the window's audio so far is
+encoded again with every frame attending to every other (the silence continuation after it, as
+each step has it) and decoded with the same prompt (:func:`opening_decode`). When that decode
+is the stream's committed opening with words in front of it, read from audio before it
+(:func:`lost_opening`), those words are committed first. Nothing else changes: the stream
+decodes on over its own frames, and an opening that the second reading does not extend (nearly
+always) is committed as it was. Cost: one encoder pass over the window's frames so far and a
+few decoder passes, once per window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from susurrus.decoding.decode import LogitRules
+from susurrus.model.tokenizer import Tokenizer
+from susurrus.model.whisper import KV, DecoderCache, TextDecoder, Whisper
+from susurrus.streaming.calls import CrossKV, DecodeTokens, Steps
+from susurrus.streaming.config import StreamConfig
+from susurrus.streaming.encoder import EncoderState, encode_steps
+from susurrus.streaming.hallucination import opening_hallucinated
+from susurrus.streaming.state import CrossBuffer, WindowState
+from susurrus.streaming.vad import VadState
+from susurrus.streaming.words import step_words
+
+MAX_IN_FRONT = 8  # tokens in front of the stream's opening at most: a word or two, not a sentence
+
+
+@dataclass
+class Opening:
+    """Tokens to commit in front of a window's first committed tokens, with the frame each read,
+    its probability and its alignment-head attention (heads, tokens, 1500)."""
+
+    tokens: list[int] = field(default_factory=list)
+    frames: list[int] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)
+    attention: list[torch.Tensor] = field(default_factory=list, repr=False)  # (heads, 1500) per token
+
+    def prepend(self, tokens: list[int], frames: list[int], probs: list[float], qk: torch.Tensor,
+                n_commit: int) -> tuple[list[int], list[int], list[float], torch.Tensor, int]:
+        """A step's tokens, frames, probabilities, attention and commit count with these in front."""
+        return (self.tokens + tokens, self.frames + frames, self.probs + probs,
+                torch.cat([torch.stack(self.attention, dim=1), qk], dim=1), n_commit + len(self.tokens))
+
+
+def in_front(tokens: list[int], frames: list[int], opening_frame: int, text: str,
+             starts_word: Callable[[int], bool]) -> bool:
+    """Whether ``tokens`` (their text ``text``, the frames they read) are words in front of an
+    opening read at ``opening_frame``: they start a word, hold a letter or digit, and none was
+    read after the opening."""
+    return (bool(tokens) and starts_word(tokens[0]) and any(c.isalnum() for c in text)
+            and max(frames) <= opening_frame)
+
+
+def _pick(dec: TextDecoder, rules: LogitRules, hidden: torch.Tensor, approx: torch.Tensor, qk: torch.Tensor,
+          i: int, seq: list[int]) -> tuple[int, float, int, torch.Tensor]:
+    """Position ``i``'s greedy token after ``seq`` (the stream's logit rules over the int8
+    shortlist, rescored), its probability, the frame it read and its alignment-head attention."""
+    row = approx[i].clone()
+    rules(row[None], [seq])
+    row = dec.rescore(hidden[0, i], row)
+    token = int(row.argmax())
+    attn = qk[0, :, i].float().softmax(-1)
+    return token, float(torch.softmax(row, -1)[token]), int(attn.mean(0).argmax()), attn
+
+
+def read_in_front(net: Whisper, tok: Tokenizer, cross: list[KV], prompt: list[int], rules: LogitRules,
+                  starts_word: Callable[[int], bool], opening: list[int]) -> Steps[Opening | None]:
+    """The tokens a decoder over ``cross`` (the two-way reading) puts in front of the stream's
+    committed ``opening``, or None: it must start with other tokens, reach the opening within
+    :data:`MAX_IN_FRONT` of them (:func:`in_front`), then read the whole opening as the stream
+    does. One decoder pass when it starts where the stream starts (nearly always), a few more
+    otherwise."""
+    dec = net.decoder
+    cache = DecoderCache(cross, [None] * len(dec.blocks))
+    hidden, cache, qk, approx = yield DecodeTokens([*prompt, *opening], cache, skip=len(prompt) - 1)
+    seq = list(prompt)
+    found = Opening()
+    while True:
+        token, prob, frame, attn = _pick(dec, rules, hidden, approx, qk, 0, seq)
+        if token == opening[0]:
+            break
+        if token >= tok.eot or len(found.tokens) == MAX_IN_FRONT:
+            return None  # the opening is not reached
+        found.tokens.append(token)
+        found.frames.append(frame)
+        found.probs.append(prob)
+        found.attention.append(attn)
+        seq.append(token)
+        cache = cache.rewind(len(seq) - 1, keep=True)
+        hidden, cache, qk, approx = yield DecodeTokens([token, *opening], cache)
+    if not found.tokens or not in_front(found.tokens, found.frames, frame, tok.decode(found.tokens), starts_word):
+        return None
+    for i in range(1, len(opening)):  # the rest of the opening, read as the stream reads it
+        if _pick(dec, rules, hidden, approx, qk, i, seq + opening[:i])[0] != opening[i]:
+            return None
+    return found
+
+
+def find_opening(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowState, cross: CrossBuffer,
+                 prompt: list[int], rules: LogitRules, starts_word: Callable[[int], bool], tokens: list[int],
+                 probs: list[float], qk: torch.Tensor, n_commit: int, n_real: int, running_max: float, silence: int,
+                 final: bool, vad: VadState | None) -> Steps[Opening | None]:
+    """The words in front of a window's first commit (the first ``n_commit`` of a step's
+    ``tokens``, with their ``probs`` and attention ``qk``, over ``n_real`` frames) that the
+    window's audio so far, encoded in both directions (with ``silence`` frames of its
+    continuation, as each step has them), puts there, or None (:func:`read_in_front`). The
+    cross-attention positions it writes are put back. With the hallucination guard on, words
+    it calls invented (over audio the VAD ``vad`` calls non-speech, or a phrase Whisper
+    invents) are not taken."""
+    enc = yield from encode_steps(net, EncoderState.empty(net), win.mel, None, final=final,
+                                  running_max=running_max, silence=silence)
+    if enc.frames != n_real:
+        return None
+    parts = [enc.provisional_out] + ([enc.silence_out] if enc.silence_out is not None else [])
+    fresh = torch.cat(parts, dim=1)
+    saved = cross.save(0, max(fresh.shape[1], cross.real))
+    try:
+        cross.write(0, (yield CrossKV(fresh)))
+        found = yield from read_in_front(net, tok, cross.kv, prompt, rules, starts_word, tokens[:n_commit])
+    finally:
+        cross.load(saved)
+    if found is None or not cfg.hallucination_guard or vad is None:
+        return found
+    joined = found.tokens + tokens[:n_commit]
+    words, ends = step_words(tok, joined, len(joined), found.probs + probs[:n_commit],
+                             torch.cat([torch.stack(found.attention, dim=1), qk[:, :n_commit]], dim=1), n_real, win,
+                             None, 0.0)
+    ahead = [w for w, end in zip(words, ends) if end <= len(found.tokens)]
+    if not ahead or opening_hallucinated(ahead, vad, cfg.gate_threshold):
+        return None
+    return found
