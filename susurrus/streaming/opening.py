@@ -125,7 +125,7 @@ def find_opening(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowSta
                                   running_max=running_max, silence=silence)
     if enc.frames != n_real:
         return None
-    parts = [enc.provisional_out] + ([enc.silence_out] if enc.silence_out is not None else [])
+    parts = [enc.outputs()] + ([enc.silence_out] if enc.silence_out is not None else [])  # every frame (0 on)
     fresh = torch.cat(parts, dim=1)
     saved = cross.save(0, max(fresh.shape[1], cross.real))
     try:
