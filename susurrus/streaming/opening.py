@@ -3,19 +3,21 @@
 Whisper was trained on 30 s windows that often begin mid-utterance, and it learned to start its
 transcript at the first word it is sure of. A stream's window starts where speech starts (or at
 the end of the last committed word), and its opening frames are the ones the incremental
-encoder reads with the least context: they were encoded before the speech after them was heard.
-So a window's first commit sometimes begins a word or two late: "für den Ausfall" for "Die
-Ursache für den Ausfall", "Mr. John" for "And Mr. John", while offline Whisper, whose encoder
-reads the same audio in both directions, has the opening words.
+encoder reads worst: they were encoded before the speech after them was heard. So a window's
+first commit sometimes begins a word or two late (base, German: "für den Ausfall" for "Die
+Ursache für den Ausfall"), where offline Whisper, whose encoder reads the same audio in both
+directions, has the opening words.
 
-Once per window, when its first words are about to be committed, the window's audio so far is
-encoded again with every frame attending to every other (the silence continuation after it, as
-each step has it) and decoded with the same prompt (:func:`opening_decode`). When that decode
-is the stream's committed opening with words in front of it, read from audio before it
-(:func:`lost_opening`), those words are committed first. Nothing else changes: the stream
-decodes on over its own frames, and an opening that the second reading does not extend (nearly
-always) is committed as it was. Cost: one encoder pass over the window's frames so far and a
-few decoder passes, once per window.
+When a window's opening moved before its first commit (its hypotheses began with different
+tokens: the session keeps them in ``WindowState.first_tokens``), that commit is checked once
+(:func:`find_opening`): the window's audio so far is encoded again with every frame attending to
+every other (with the silence continuation after it, as each step has it) and decoded with the
+same prompt. When that reading starts with other words, read from audio before the stream's
+opening, and then reads the stream's whole opening as the stream does (:func:`read_in_front`,
+:func:`in_front`), those words are committed first. Nothing else changes: the stream decodes on
+over its own frames, and an opening the second reading does not extend (nearly always, found
+in one decoder pass) is committed as it was. Cost: an encoder pass over the window's frames so
+far and a decoder pass or a few, per window whose opening moved (docs/benchmarks_unseen.md).
 """
 
 from __future__ import annotations
