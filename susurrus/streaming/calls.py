@@ -63,12 +63,9 @@ ModelCall = EncodeFrames | DecodeTokens | CrossKV
 Steps = Generator[ModelCall, Any, T]
 
 
-def _decoded(net: Whisper, call: DecodeTokens, hidden: Tensor, cache: DecoderCache, qk: Tensor | None) -> tuple:
-    hidden = hidden[:, call.skip:]
-    qk = qk[:, :, call.skip:] if qk is not None else None
-    # one int8 projection per row: its activations are quantised per call, so a row's shortlist
-    # logits are those it gets alone
-    return hidden, cache, qk, net.decoder.project_approx(hidden[0])
+def _decoded(call: DecodeTokens, hidden: Tensor, cache: DecoderCache, qk: Tensor | None) -> tuple:
+    """A call's result but its shortlist logits: the positions from ``skip`` on."""
+    return hidden[:, call.skip:], cache, qk[:, :, call.skip:] if qk is not None else None
 
 
 @torch.inference_mode()
@@ -79,7 +76,8 @@ def run_alone(net: Whisper, call: ModelCall) -> Any:
     if isinstance(call, DecodeTokens):
         hidden, cache, qk = net.decoder(torch.tensor([call.tokens]), call.cache, alignment_heads=net.alignment_heads,
                                         project=False)
-        return _decoded(net, call, hidden, cache, qk)
+        hidden, cache, qk = _decoded(call, hidden, cache, qk)
+        return hidden, cache, qk, net.decoder.project_approx(hidden[0])
     if isinstance(call, CrossKV):
         return net.decoder.cross_kv(call.features)
     raise TypeError(f"not a model call: {call!r}")
@@ -113,9 +111,16 @@ def run_together(net: Whisper, calls: list[ModelCall], alone: tuple[type, ...] |
                 results[i] = out
         elif kind is DecodeTokens:
             rows = [calls[i] for i in idx]
-            outs = batched.decode_tokens(net.decoder, [(c.tokens, c.cache) for c in rows], net.alignment_heads)
-            for i, call, (hidden, cache, qk) in zip(idx, rows, outs):
-                results[i] = _decoded(net, call, hidden, cache, qk)
+            outs = [_decoded(call, *out) for call, out in zip(
+                rows, batched.decode_tokens(net.decoder, [(c.tokens, c.cache) for c in rows], net.alignment_heads))]
+            # the rows' shortlist logits in one pass (each position quantised on its own scale:
+            # the same logits as alone, TextDecoder.project_approx)
+            approx = net.decoder.project_approx(torch.cat([hidden[0] for hidden, _, _ in outs]))
+            at = 0
+            for i, (hidden, cache, qk) in zip(idx, outs):
+                n = hidden.shape[1]
+                results[i] = (hidden, cache, qk, approx[at:at + n])
+                at += n
         elif kind is CrossKV:
             feats = [calls[i].features for i in idx]
             layers = net.decoder.cross_kv(torch.cat(feats, dim=1))
