@@ -58,6 +58,24 @@ def test_packed_passes_equal_each_row_alone(tiny):
             assert new_cache.offset == ref_cache.offset
 
 
+def test_shortlist_logits_of_a_position_do_not_depend_on_the_rows_beside_it(tiny):
+    """The int8 shortlist pass quantises each position on its own scale: a position's
+    approximate logits are bit-identical alone and packed with other streams' positions of
+    very different magnitudes (calls.run_together projects a round's rows in one pass)."""
+    dec = tiny.net.decoder
+    torch.manual_seed(1)
+    rows = torch.randn(9, tiny.net.dims.n_text_state) * torch.tensor([0.1, 1, 30, 2, 5, 0.5, 80, 1, 3])[:, None]
+    with torch.inference_mode():
+        packed = dec.project_approx(rows)
+        for i in range(len(rows)):
+            assert torch.equal(dec.project_approx(rows[i:i + 1])[0], packed[i])
+        exact = rows @ dec.output_t
+    # an approximation of the float logits whose shortlist of 32 holds the true best token
+    assert not torch.equal(packed, exact)
+    for approx, best in zip(packed, exact.argmax(-1)):
+        assert int(best) in approx.topk(32).indices.tolist()
+
+
 def _alone(model, audio: np.ndarray, piece: int, settings: dict) -> list:
     stream = model.stream(**settings)
     for i in range(0, len(audio), piece):
