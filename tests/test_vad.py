@@ -25,10 +25,12 @@ from susurrus.streaming.vad import (
     TurnState,
     VadState,
     finish_turn,
+    frame_inputs,
     is_speech_padded,
     load_vad,
     push_turn,
     push_vad,
+    push_vad_steps,
     silero_model_path,
     speech_fraction,
     text_turn_silence_ms,
@@ -77,6 +79,42 @@ def test_vad_same_probabilities_however_chunked(vad, dev_item):
     assert len(whole) == len(pieces) == -(-len(audio) // FRAME_SAMPLES)
     np.testing.assert_allclose(pieces, whole, atol=1e-6)
     assert state.frames_done == len(whole) and len(state.remainder) == 0
+
+
+def test_vad_frames_of_many_streams_together_are_each_streams_own(vad, dev_items):
+    """Many streams' frames in one batch (a Lockstep round): every stream's probabilities and
+    recurrent state bit-identical to its own, with streams of different lengths and states."""
+    audios = [decode_audio(str(item.audio))[: int(16000 * (1.0 + 0.37 * k))] for k, item in enumerate(dev_items[:6])]
+    states = [VadState() for _ in audios]
+    for state, audio in zip(states, audios):  # different recurrent states to start from
+        push_vad(vad, state, audio[:4000 + 700 * len(state.probs)])
+    rows = [(frame_inputs(state, audio[4000:])[0], state.rnn) for state, audio in zip(states, audios)]
+    together = vad.frames_together(rows)
+    assert len({len(inputs) for inputs, _ in rows}) == len(rows)
+    for (inputs, rnn), (probs, new_rnn) in zip(rows, together):
+        own_probs, own_rnn = vad.frames(inputs, rnn)
+        assert len(probs) == len(inputs) and (own_probs > 0.5).any()
+        np.testing.assert_array_equal(probs, own_probs)
+        np.testing.assert_array_equal(new_rnn, own_rnn)
+
+
+def test_vad_steps_yield_the_frames_push_vad_runs(vad, dev_item):
+    audio = decode_audio(str(dev_item("jfk_inaugural").audio))[: 3 * 16000]
+    state, steps_state = VadState(), VadState()
+    for piece in (audio[:300], audio[300:20000], audio[20000:]):
+        want = push_vad(vad, state, piece)
+        steps = push_vad_steps(vad, steps_state, piece)
+        try:
+            call = next(steps)  # no whole frame: nothing to run, the generator ends at once
+        except StopIteration as stop:
+            assert len(want) == 0 and len(stop.value) == 0
+        else:
+            with pytest.raises(StopIteration) as stop:
+                steps.send(vad.frames(call.inputs, call.rnn))
+            np.testing.assert_array_equal(stop.value.value, want)
+        assert steps_state.frames_done == state.frames_done
+        np.testing.assert_array_equal(steps_state.probs, state.probs)
+        np.testing.assert_array_equal(steps_state.remainder, state.remainder)
 
 
 def test_vad_history_is_bounded(vad):

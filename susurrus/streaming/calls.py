@@ -26,6 +26,7 @@ from torch import Tensor
 
 from susurrus.model import batched
 from susurrus.model.whisper import KV, DecoderCache, EncoderCache, Whisper
+from susurrus.streaming.vad import VadFrames
 
 T = TypeVar("T")
 
@@ -59,7 +60,7 @@ class CrossKV:
     features: Tensor
 
 
-ModelCall = EncodeFrames | DecodeTokens | CrossKV
+ModelCall = EncodeFrames | DecodeTokens | CrossKV | VadFrames  # VadFrames: streaming/vad.py
 Steps = Generator[ModelCall, Any, T]
 
 
@@ -80,6 +81,8 @@ def run_alone(net: Whisper, call: ModelCall) -> Any:
         return hidden, cache, qk, net.decoder.project_approx(hidden[0])
     if isinstance(call, CrossKV):
         return net.decoder.cross_kv(call.features)
+    if isinstance(call, VadFrames):
+        return call.vad.frames(call.inputs, call.rnn)
     raise TypeError(f"not a model call: {call!r}")
 
 
@@ -129,6 +132,14 @@ def run_together(net: Whisper, calls: list[ModelCall], alone: tuple[type, ...] |
                 n = f.shape[1]
                 results[i] = [KV(kv.k[:, at:at + n], kv.v[:, at:at + n]) for kv in layers]
                 at += n
+        elif kind is VadFrames:
+            by_vad: dict[int, list[int]] = {}
+            for i in idx:
+                by_vad.setdefault(id(calls[i].vad), []).append(i)
+            for group in by_vad.values():
+                vad = calls[group[0]].vad
+                for i, out in zip(group, vad.frames_together([(calls[i].inputs, calls[i].rnn) for i in group])):
+                    results[i] = out
         else:
             raise TypeError(f"not a model call: {calls[idx[0]]!r}")
     return results

@@ -75,7 +75,7 @@ from susurrus.streaming.hallucination import heard, opening_hallucinated
 from susurrus.streaming.language import window_language
 from susurrus.streaming.opening import find_opening
 from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv, state_attribute
-from susurrus.streaming.vad import FRAME_SAMPLES, SileroVad, finish_turn, load_vad, push_vad
+from susurrus.streaming.vad import FRAME_SAMPLES, SileroVad, finish_turn, load_vad, push_vad_steps
 from susurrus.streaming.words import end_frame, starts_word, step_words
 
 __all__ = [  # what other modules import from here (the settings and events live in config.py, events.py)
@@ -181,7 +181,7 @@ class StreamSession(VoiceActivity):
             # the audio up to its own time, whatever pieces the audio came in
             take = min(len(samples), self.samples_at_last_step + step - self.samples_fed,
                        frame - self.samples_fed % frame)
-            events.extend(self._push(samples[:take]))
+            events.extend((yield from self._push(samples[:take])))
             samples = samples[take:]
             if self.samples_fed - self.samples_at_last_step >= step:
                 self.samples_at_last_step += step
@@ -201,7 +201,8 @@ class StreamSession(VoiceActivity):
         self.window.append_mel(frames)
         events: list[Event] = []
         if self.vad is not None:
-            events.extend(self._turn_events(push_vad(self.vad, self.vad_state, np.zeros(0, np.float32), final=True)))
+            probs = yield from push_vad_steps(self.vad, self.vad_state, np.zeros(0, np.float32), final=True)
+            events.extend(self._turn_events(probs))
         if not self.idle:
             events.extend((yield from self._step(final=True)))
         if self.turn_state is not None:
@@ -229,14 +230,14 @@ class StreamSession(VoiceActivity):
 
     # ------------------------------------------------------------------ voice activity
 
-    def _push(self, samples: np.ndarray) -> list[Event]:
-        """Audio into the VAD (and, when a decision needs it, the mel front end); turn events it
-        causes."""
+    def _push(self, samples: np.ndarray) -> Steps[list[Event]]:
+        """Audio into the VAD (its frames a model call, run with other streams' in a batch) and
+        the mel front end's queue; turn events it causes."""
         self.samples_fed += len(samples)
         self._unheard.append(np.array(samples, dtype=np.float32))  # a copy: the caller may reuse its buffer
         if self.vad is None:
             return []
-        return self._turn_events(push_vad(self.vad, self.vad_state, samples))
+        return self._turn_events((yield from push_vad_steps(self.vad, self.vad_state, samples)))
 
     def _sync_mel(self) -> None:
         """The mel frames of all the audio fed, into the window. Called by what reads them (a
