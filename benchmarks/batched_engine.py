@@ -7,7 +7,12 @@ stream's ``feed`` alone, in turn) and the batched one (``model.streams()``: ever
 piece in one ``batch.feed``), core-seconds of this process per audio-second, resident memory,
 and whether each stream's words (text, then times) equal its words alone.
 
+All streams start together by default, so their 640 ms steps fall in the same rounds (the best
+case for packing). ``--staggered`` starts stream j (3 j mod 7) pieces late, so their steps fall
+in different rounds, as a server's sessions do (their clients connect at different times).
+
     python benchmarks/batched_engine.py --streams 1,8,16,32,48 --seconds 30
+    python benchmarks/batched_engine.py --streams 8,16,32 --seconds 30 --no-alone --staggered
 """
 
 from __future__ import annotations
@@ -52,30 +57,39 @@ def recordings(data: Path, n: int, seconds: float) -> list[np.ndarray]:
     return out
 
 
-def run_alone(model, audios: list[np.ndarray]) -> tuple[float, list]:
+def pieces(audios: list[np.ndarray], staggered: bool = False):
+    """Each round's pieces: ``{stream index: samples}``, 100 ms each, stream j starting (3 j mod 7)
+    pieces late when ``staggered``."""
+    late = [((3 * j) % 7 if staggered else 0) * PIECE for j in range(len(audios))]
+    for i in range(0, max(len(a) + d for a, d in zip(audios, late)), PIECE):
+        yield {j: a[i - d:i - d + PIECE] for j, (a, d) in enumerate(zip(audios, late)) if 0 <= i - d < len(a)}
+
+
+def run_alone(model, audios: list[np.ndarray], staggered: bool = False) -> tuple[float, list]:
     streams = [model.stream() for _ in audios]
     c0 = time.process_time()
-    for i in range(0, max(len(a) for a in audios), PIECE):
-        for s, a in zip(streams, audios):
-            if i < len(a):
-                s.feed(a[i:i + PIECE])
+    for piece in pieces(audios, staggered):
+        for j, samples in piece.items():
+            streams[j].feed(samples)
     for s in streams:
         s.finish()
     return time.process_time() - c0, [s.words for s in streams]
 
 
-def run_batched(model, audios: list[np.ndarray]) -> tuple[float, list, float]:
+def run_batched(model, audios: list[np.ndarray], staggered: bool = False) -> tuple[float, list, float, float]:
+    """Core-seconds, each stream's words, RSS per stream (MB) and calls per round."""
     batch = model.streams()
     base = rss_mb()
     streams = [batch.stream() for _ in audios]
     c0 = time.process_time()
     peak = base
-    for i in range(0, max(len(a) for a in audios), PIECE):
-        batch.feed({s: a[i:i + PIECE] for s, a in zip(streams, audios) if i < len(a)})
-        if i % (50 * PIECE) == 0:
+    for k, piece in enumerate(pieces(audios, staggered)):
+        batch.feed({streams[j]: samples for j, samples in piece.items()})
+        if k % 50 == 0:
             peak = max(peak, rss_mb())
     batch.finish(streams)
-    return time.process_time() - c0, [s.words for s in streams], (max(peak, rss_mb()) - base) / len(audios)
+    return (time.process_time() - c0, [s.words for s in streams], (max(peak, rss_mb()) - base) / len(audios),
+            batch.calls_per_round)
 
 
 def main() -> None:
@@ -87,6 +101,8 @@ def main() -> None:
     ap.add_argument("--compute-type", default="float32")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-alone", action="store_true", help="skip the unbatched runs (and the exactness check)")
+    ap.add_argument("--staggered", action="store_true",
+                    help="start the streams at different times (steps in different rounds, as a server's sessions)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model = susurrus.load_model(args.model, compute_type=args.compute_type)
@@ -96,20 +112,21 @@ def main() -> None:
     run_batched(model, warm)
     run_alone(model, warm)
     print(f"model {args.model} ({args.compute_type}), {args.threads} thread(s), {args.seconds:.0f} s of audio per "
-          f"stream, 100 ms pieces; core-s of this process per audio-second\n")
+          f"stream, 100 ms pieces, streams {'staggered' if args.staggered else 'starting together'}; core-s of this "
+          f"process per audio-second\n")
     print("| streams | unbatched core-s/s | batched core-s/s | batched / unbatched | RSS per stream (MB) | "
-          "streams with the same text as alone | words differing | streams with the same word times too | "
-          "largest word-start shift s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "calls per round | streams with the same text as alone | words differing | "
+          "streams with the same word times too | largest word-start shift s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in counts:
         audios = recordings(args.data, n, args.seconds)
         total = sum(len(a) for a in audios) / SR
         gc.collect()
-        cb, words_b, rss = run_batched(model, audios)
+        cb, words_b, rss, per_round = run_batched(model, audios, args.staggered)
         if args.no_alone:
-            print(f"| {n} | | {cb / total:.4f} | | {rss:.1f} | | | | |", flush=True)
+            print(f"| {n} | | {cb / total:.4f} | | {rss:.1f} | {per_round:.2f} | | | | |", flush=True)
             continue
-        ca, words_a = run_alone(model, audios)
+        ca, words_a = run_alone(model, audios, args.staggered)
         same_text = sum([w.word for w in a] == [w.word for w in b] for a, b in zip(words_a, words_b))
         same = sum([(w.word, w.start, w.end) for w in a] == [(w.word, w.start, w.end) for w in b]
                    for a, b in zip(words_a, words_b))
@@ -118,8 +135,8 @@ def main() -> None:
         differing = sum(sum(x.word != y.word for x, y in zip(a, b)) + abs(len(a) - len(b))
                         for a, b in zip(words_a, words_b))
         n_words = sum(len(a) for a in words_a)
-        print(f"| {n} | {ca / total:.4f} | {cb / total:.4f} | {cb / ca:.2f} | {rss:.1f} | {same_text}/{n} | "
-              f"{differing} of {n_words} | {same}/{n} | {shift:.2f} |", flush=True)
+        print(f"| {n} | {ca / total:.4f} | {cb / total:.4f} | {cb / ca:.2f} | {rss:.1f} | {per_round:.2f} | "
+              f"{same_text}/{n} | {differing} of {n_words} | {same}/{n} | {shift:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -113,6 +113,7 @@ def test_streams_stepped_together_equal_each_stream_alone(tiny, dev_items, hard_
         assert [w.word for w in stream.words] == [w.word for w in alone], items[k].id
         assert np.allclose([w.start for w in stream.words], [w.start for w in alone], atol=0.021)
     assert sum(len(s.words) for s in streams) > 100
+    assert batch.calls_per_round > 1.5  # the streams' calls did share rounds (1.95 here)
 
 
 def test_one_streams_bad_audio_fails_only_that_stream(tiny, dev_item):

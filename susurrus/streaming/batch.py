@@ -48,6 +48,11 @@ class StreamBatch:
         self.model = model
         self._lockstep = Lockstep(model.net)
 
+    @property
+    def calls_per_round(self) -> float:
+        """Model calls per packed round so far: how many streams a round carried on average."""
+        return self._lockstep.calls / max(1, self._lockstep.rounds)
+
     def stream(self, latency: str | None = None, **settings: Any) -> StreamSession:
         """A new stream (the arguments of ``WhisperModel.stream``). It can still be fed alone
         (``stream.feed``) between batched calls."""
