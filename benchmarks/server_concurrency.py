@@ -200,7 +200,8 @@ def chosen_audio(args: argparse.Namespace, n: int) -> list[Result]:
     return results
 
 
-def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: bool, window_ms: float = 0.0) -> dict:
+def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: bool, window_ms: float = 0.0,
+                     grid_ms: float = 0.0) -> dict:
     """Start ``susurrus serve``, stream every client at once, stop it; CPU, wall and RSS."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -210,8 +211,9 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
            "--log-level", "warning", "--workers", str(args.workers), "--compute-type", args.compute_type]
     if not batched:
         cmd.append("--no-batching")
-    elif window_ms:
-        cmd += ["--batch-window-ms", str(window_ms)]
+    else:
+        cmd += ["--batch-window-ms", str(window_ms)] if window_ms else []
+        cmd += ["--step-grid-ms", str(grid_ms)] if grid_ms else []
     server = subprocess.Popen(cmd, cwd=REPO)
     rss = [0.0]
     try:
@@ -285,6 +287,9 @@ def main() -> int:
     ap.add_argument("--windows", default="0",
                     help="the batched server's --batch-window-ms, several comma-separated: each count with each "
                          "(default: %(default)s)")
+    ap.add_argument("--grids", default="0",
+                    help="the batched server's --step-grid-ms, several comma-separated: each count with each "
+                         "(default: %(default)s)")
     ap.add_argument("--data", default=str(SHARED_DATA / "dev"))
     args = ap.parse_args()
     counts = [int(c) for c in str(args.clients).split(",")]
@@ -296,8 +301,9 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     model = susurrus.load_model(args.model, compute_type=args.compute_type)
     windows = [float(w) for w in str(args.windows).split(",")]
-    engines = ([(False, 0.0)] if args.compare or args.no_batching else []) + (
-        [] if args.no_batching else [(True, w) for w in windows])
+    grids = [float(g) for g in str(args.grids).split(",")]
+    engines = ([(False, 0.0, 0.0)] if args.compare or args.no_batching else []) + (
+        [] if args.no_batching else [(True, w, g) for w in windows for g in grids])
     if len(counts) > 1 or len(engines) > 1:
         sweep(args, model, counts, engines)
         return 0
@@ -327,7 +333,7 @@ def summary(model, results: list[Result], run: dict) -> dict:
             "idle_rss": run["idle_rss"], "audio": audio}
 
 
-def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tuple[bool, float]]) -> None:
+def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tuple[bool, float, float]]) -> None:
     print(f"\n{args.model} ({args.compute_type}), concurrent sessions at real-time pace, 24 kHz PCM16 in 100 ms "
           "appends, each client "
           f"{'one file' if not args.seconds else f'{args.seconds:.0f}+ s of dev recordings back to back'}; server: "
@@ -337,10 +343,11 @@ def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tupl
           "max s | cores busy | core-s per audio-s (server process alone) | RSS MB (idle → peak) | errors |")
     print("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|")
     for n in counts:
-        for batched, window in engines:
+        for batched, window, grid in engines:
             results = chosen_audio(args, n)
-            row = summary(model, results, serve_and_stream(args, results, batched, window))
-            name = ("one at a time" if not batched else f"batched, window {window:g} ms" if window else "batched")
+            row = summary(model, results, serve_and_stream(args, results, batched, window, grid))
+            name = "one at a time" if not batched else ", ".join(
+                ["batched"] + ([f"window {window:g} ms"] if window else []) + ([f"grid {grid:g} ms"] if grid else []))
             print(f"| {name} | {n} | {row['mean']:.2f} / {row['p90']:.2f} | "
                   f"{row['spread'][0]:.2f}–{row['spread'][1]:.2f} | "
                   f"{row['first']:.2f} / {row['second']:.2f} | {row['growth']:+.2f} | {row['same']}/{n} | "

@@ -164,19 +164,20 @@ def test_a_failing_generator_ends_alone(tiny):
     assert all(c > 0 for _, _, c in ended.values())
 
 
-@pytest.mark.parametrize("window_ms", [0.0, 200.0])
-def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, dev_items, window_ms):
+@pytest.mark.parametrize("window_ms, grid_ms", [(0.0, 0.0), (200.0, 0.0), (0.0, 200.0)])
+def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, dev_items, window_ms, grid_ms):
     """One worker process, four streams fed at once from four threads (as the server's sessions
     feed it): the worker's rounds carry several streams' calls, and each stream's text is what
     ``model.stream()`` gives alone; also when an idle worker waits 200 ms for a round to fill
-    (``--batch-window-ms``)."""
+    (``--batch-window-ms``), and when due steps are held to a 200 ms grid (``--step-grid-ms``: a
+    held feed's later requests, the finish among them, wait behind it)."""
     import threading
 
     from susurrus.transports.workers import WorkerPool, model_spec
 
     english = [item for item in dev_items if item.language == "en"][:4]
     audios = [decode_audio(item.audio)[: 8 * SR] for item in english]
-    with WorkerPool(model_spec(tiny, 1, window_ms=window_ms), 1) as pool:
+    with WorkerPool(model_spec(tiny, 1, window_ms=window_ms, grid_ms=grid_ms), 1) as pool:
         streams = [pool.stream() for _ in audios]
 
         def run(stream, audio) -> None:
@@ -234,3 +235,14 @@ def test_int8_parts_run_row_by_row_so_batching_stays_exact(dev_item):
         alone = _alone(model, audio, 1600, {})
         assert [w.word for w in stream.words] == [w.word for w in alone]
         assert max(abs(w.start - a.start) for w, a in zip(stream.words, alone)) <= 0.1
+
+
+def test_step_due_says_when_a_feed_completes_a_step(tiny):
+    """What a server's worker asks before holding a feed to its step grid (``--step-grid-ms``)."""
+    stream = tiny.stream()
+    step = stream.config.chunk_ms * SR // 1000
+    assert not stream.step_due(step - 1) and stream.step_due(step)
+    stream.feed(np.zeros(step - 100, np.float32))
+    assert stream.step_due(100) and not stream.step_due(99)
+    stream.feed(np.zeros(100, np.float32))  # the step ran: the next boundary is a step away
+    assert not stream.step_due(step - 1) and stream.step_due(step)

@@ -163,6 +163,11 @@ class StreamSession(VoiceActivity):
         """Append 16 kHz mono audio (float32 in [-1, 1] or int16); returns new events."""
         return drive(self.net, self.feed_steps(pcm))
 
+    def step_due(self, samples: int) -> bool:
+        """Whether ``samples`` more audio would reach this stream's next step boundary (a
+        scheduler may hold such a feed so that several streams' steps share a round)."""
+        return self.samples_fed + samples - self.samples_at_last_step >= self.config.chunk_ms * SAMPLE_RATE // 1000
+
     def feed_steps(self, pcm: np.ndarray) -> Steps[list[Event]]:
         """:meth:`feed` as a generator of its model calls (:mod:`~susurrus.streaming.calls`),
         for running many streams together (:class:`~susurrus.streaming.batch.StreamBatch`).

@@ -333,6 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="when a stream's step finds its worker idle, wait this many ms for others to join the "
                         "round (bigger batches, more latency); 0: step at once, the others join the next round "
                         "(default: %(default)s; docs/benchmarks.md compares)")
+    v.add_argument("--step-grid-ms", type=float_range(0.0, 1000.0), default=0.0,
+                   help="hold each stream's due step until the next multiple of this many ms on its worker's "
+                        "clock, so that sessions that started at different times step in the same packed rounds "
+                        "(less CPU per stream, up to this much more latency; same text); 0: step at once "
+                        "(default: %(default)s; docs/benchmarks.md measures it)")
     v.add_argument("--max-sessions", type=int_range(1), default=16,
                    help="concurrent WebSocket sessions and REST transcriptions together; more are refused "
                         "(default: %(default)s)")

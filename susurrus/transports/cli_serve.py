@@ -94,7 +94,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve(model, args.host, args.port, limits=limits, api_key=args.api_key, workers=args.workers,
           threads=args.threads, log_level=args.log_level, sock=sock, uploads=uploads,
           allowed_origins=args.allowed_origins, drain_s=args.drain_s, ssl_keyfile=args.ssl_keyfile,
-          ssl_certfile=args.ssl_certfile, batched=not args.no_batching, batch_window_ms=args.batch_window_ms)
+          ssl_certfile=args.ssl_certfile, batched=not args.no_batching, batch_window_ms=args.batch_window_ms,
+          step_grid_ms=args.step_grid_ms)
     return 0
 
 

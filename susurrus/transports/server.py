@@ -281,7 +281,8 @@ def default_workers() -> int:
 def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None = None, workers: int | None = None,
                threads: int | None = None, extensions: bool = True,
                uploads: rest.UploadLimits | None = None, allowed_origins: tuple[str, ...] | None = None,
-               drain_s: float = DEFAULT_DRAIN_S, batched: bool = True, batch_window_ms: float = 0.0) -> Starlette:
+               drain_s: float = DEFAULT_DRAIN_S, batched: bool = True, batch_window_ms: float = 0.0,
+               step_grid_ms: float = 0.0) -> Starlette:
     """The ASGI app around a loaded :class:`~susurrus.api.WhisperModel`.
 
     ``workers``: processes hosting the streams, each loading the model again with ``threads``
@@ -290,7 +291,9 @@ def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None 
     ``allowed_origins``: WebSocket ``Origin``s allowed besides the server's own (``access.py``);
     ``drain_s``: how long a shutdown lets open work finish (:func:`drain`); ``batched``: each
     worker steps its streams together (``worker_process.py``), else one at a time;
-    ``batch_window_ms``: an idle worker waits this long for more streams to join a round."""
+    ``batch_window_ms``: an idle worker waits this long for more streams to join a round;
+    ``step_grid_ms``: a worker holds a stream's due step until the next multiple of this on its
+    clock, so that sessions' steps share rounds (``ModelSpec.grid_ms``)."""
     limits = limits or Limits()
     allowed_origins = parse_origins(",".join(allowed_origins)) if allowed_origins else None
     counters = Metrics()
@@ -303,7 +306,8 @@ def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None 
             with counters.lock:
                 counters.worker_restarts += 1
 
-        worker_pool = WorkerPool(model_spec(model, threads, batched, batch_window_ms), n, on_restart=restarted)
+        worker_pool = WorkerPool(model_spec(model, threads, batched, batch_window_ms, step_grid_ms), n,
+                                 on_restart=restarted)
         counters.workers = n
         # the threads only wait for the workers' replies: one per session that may be busy
         pool = ThreadPoolExecutor(max_workers=limits.max_sessions + 2, thread_name_prefix="susurrus-session")
@@ -367,7 +371,7 @@ def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, *, limits: Limi
           log_level: str = "info", sock: socket.socket | None = None, uploads: rest.UploadLimits | None = None,
           allowed_origins: tuple[str, ...] | None = None, drain_s: float = DEFAULT_DRAIN_S,
           ssl_keyfile: str | None = None, ssl_certfile: str | None = None, batched: bool = True,
-          batch_window_ms: float = 0.0) -> None:
+          batch_window_ms: float = 0.0, step_grid_ms: float = 0.0) -> None:
     """Run the server until SIGTERM or Ctrl+C, then drain it (:func:`drain`); ``sock``: one from
     :func:`listen_socket` (made here when not given); ``ssl_keyfile`` and ``ssl_certfile``: serve
     TLS (https, wss)."""
@@ -375,7 +379,7 @@ def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, *, limits: Limi
     sock = sock or listen_socket(host, port)
     app = create_app(model, limits=limits, api_key=api_key, workers=workers, threads=threads, uploads=uploads,
                      allowed_origins=allowed_origins, drain_s=drain_s, batched=batched,
-                     batch_window_ms=batch_window_ms)
+                     batch_window_ms=batch_window_ms, step_grid_ms=step_grid_ms)
     config = uvicorn_config(app, host, port, limits, log_level, ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile)
     make_server(app, config).run(sockets=[sock])
 

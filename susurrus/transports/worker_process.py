@@ -7,7 +7,10 @@ The server sends requests ``(id, op, session, arg)`` down one pipe; the worker a
 (``StreamSession.feed_steps``) in one :class:`~susurrus.streaming.calls.Lockstep`, and the
 worker runs rounds of it, taking in every request that arrived before each round (continuous
 batching, as a batching server keeps its batch full: a stream joins at the next round, and one
-that is done answers at once, without waiting for the others' longer decodes). So the streams
+that is done answers at once, without waiting for the others' longer decodes). With a step grid
+(``grid_ms``), a feed that completes its stream's step waits for the next grid time, so that the
+steps of sessions that started at different times run in the same rounds (their texts do not
+change: a stream's text depends on its audio, not on when its steps run). So the streams
 whose audio is due are encoded and decoded in packed passes, which read the weights and pay the
 Python overhead once per round. A request for a stream whose work is in the lockstep waits
 behind it, so each stream's requests run in order. With ``batched=False`` (``--no-batching``)
@@ -40,7 +43,10 @@ STEPPED = ("feed", "finish")  # the requests that run as step generators
 class ModelSpec:
     """What a worker loads: ``load_model(source, int8_output=..., compute_type=...)`` with
     ``threads`` torch threads; ``batched``: step its streams together; ``window_ms``: when a
-    step request finds the worker idle, wait this long for others to join its first round."""
+    step request finds the worker idle, wait this long for others to join its first round;
+    ``grid_ms``: hold a feed that completes its stream's step until the next multiple of this
+    many ms on the worker's clock, so that the steps of sessions that started at different
+    times share rounds (0: never hold)."""
 
     source: str
     threads: int = 1
@@ -48,6 +54,7 @@ class ModelSpec:
     compute_type: str = "float32"
     batched: bool = True
     window_ms: float = 0.0
+    grid_ms: float = 0.0
 
 
 def portable(err: BaseException) -> BaseException:
@@ -94,28 +101,34 @@ def worker_main(conn: Connection, spec: ModelSpec) -> None:
         conn.send((READY, False, portable(err), 0.0, 0, 0))
         return
     conn.send((READY, True, None, 0.0, 0, 0))
-    WorkerLoop(conn, model, spec.batched, spec.window_ms).run()
+    WorkerLoop(conn, model, spec.batched, spec.window_ms, spec.grid_ms).run()
 
 
 class WorkerLoop:
     """The request loop of one worker (see the module's docstring)."""
 
-    def __init__(self, conn: Connection, model: Any, batched: bool = True, window_ms: float = 0.0):
+    def __init__(self, conn: Connection, model: Any, batched: bool = True, window_ms: float = 0.0,
+                 grid_ms: float = 0.0):
         from susurrus.streaming.calls import Lockstep
 
         self.conn = conn
         self.model = model
         self.batched = batched
         self.window_s = window_ms / 1000
+        self.grid_s = grid_ms / 1000
         self.sessions: dict[int, Any] = {}
         self.lockstep = Lockstep(model.net)
         self.busy: dict[int, deque[tuple]] = {}  # stream id -> requests waiting behind its work in the lockstep
+        self.held: list[tuple[int, int, Any]] = []  # (request, stream id, step generator) waiting for the grid
+        self.release_at = 0.0  # when the held feeds join the lockstep
         self.trim = heap_trimmer()
         self.worked_since_trim = False
         self.trimmed_at = time.monotonic()
 
     def run(self) -> None:
         while True:
+            if self.held and time.monotonic() >= self.release_at:
+                self._release()
             idle = not len(self.lockstep)
             trimming = self.worked_since_trim and self.trim is not None
             due = self.trimmed_at + TRIM_EVERY_S - time.monotonic()  # the next trim, after some work
@@ -123,9 +136,12 @@ class WorkerLoop:
                 self._trim()
                 trimming = False
             try:
-                if idle:  # nothing in flight: wait for a request (and trim when one is due meanwhile)
-                    if trimming and not self.conn.poll(max(0.0, due)):
-                        self._trim()
+                if idle:  # nothing in flight: wait for a request (and trim, or release held feeds, meanwhile)
+                    waits = ([max(0.0, due)] if trimming else []) + ([self.release_at - time.monotonic()]
+                                                                      if self.held else [])
+                    if waits and not self.conn.poll(max(0.0, min(waits))):
+                        if trimming and self.trimmed_at + TRIM_EVERY_S <= time.monotonic():
+                            self._trim()
                         continue
                     if not self._take(self.conn.recv()):
                         return
@@ -140,6 +156,20 @@ class WorkerLoop:
             except (EOFError, OSError):  # the server is gone
                 return
             self.lockstep.round()
+
+    def _hold(self, req: int, sid: int, steps: Any) -> None:
+        """Keep a feed that completes its stream's step until the next grid time (its stream's
+        later requests queue behind it, as behind work in the lockstep)."""
+        if not self.held:
+            now = time.monotonic()
+            self.release_at = (now // self.grid_s + 1) * self.grid_s
+        self.busy[sid] = deque()
+        self.held.append((req, sid, steps))
+
+    def _release(self) -> None:
+        held, self.held = self.held, []
+        for req, sid, steps in held:
+            self.lockstep.add(steps, self._ender(req, sid))
 
     def _trim(self) -> None:
         assert self.trim is not None
@@ -169,6 +199,9 @@ class WorkerLoop:
             except Exception as err:  # noqa: BLE001 - bad audio, a finished stream: the caller raises it
                 self._reply(req, False, err, 0.0, sid)
             else:
+                if self.grid_s and op == "feed" and stream.step_due(len(arg)):
+                    self._hold(req, sid, steps)
+                    return
                 self.busy[sid] = deque()
                 self.lockstep.add(steps, self._ender(req, sid))
             return

@@ -46,12 +46,13 @@ class WorkerDied(RuntimeError):
     """The worker process hosting a stream exited: the stream is lost."""
 
 
-def model_spec(model: Any, threads: int | None = None, batched: bool = True, window_ms: float = 0.0) -> ModelSpec:
+def model_spec(model: Any, threads: int | None = None, batched: bool = True, window_ms: float = 0.0,
+               grid_ms: float = 0.0) -> ModelSpec:
     """The spec that reloads a loaded :class:`~susurrus.api.WhisperModel` in another process
-    (``batched``: its streams stepped together; ``window_ms``: :class:`ModelSpec`)."""
+    (``batched``: its streams stepped together; ``window_ms``, ``grid_ms``: :class:`ModelSpec`)."""
     return ModelSpec(str(getattr(model, "source", model.name)), threads or 1,
                      bool(getattr(model, "int8_output", False)), str(getattr(model, "compute_type", "float32")),
-                     batched, window_ms)
+                     batched, window_ms, grid_ms)
 
 
 # ---------------------------------------------------------------------------- compute accounting
