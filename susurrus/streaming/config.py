@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from susurrus.streaming.vad import TurnConfig
+from susurrus.streaming.vad import SAMPLE_RATE, TurnConfig
 
 FRAME_S = 0.02  # seconds per encoder frame
 # a multilingual stream without a language decides it once the decoder gives one this probability
@@ -80,6 +80,11 @@ class StreamConfig:
     def gate_threshold(self) -> float:
         """The probability at which a VAD frame may be speech: the gate and the guards use it."""
         return min(self.wake_threshold, self.vad_threshold)
+
+    @property
+    def step_samples(self) -> int:
+        """The audio of one step (``chunk_ms``) in 16 kHz samples."""
+        return self.chunk_ms * SAMPLE_RATE // 1000
 
     def __post_init__(self) -> None:
         if self.policy not in ("alignatt", "agreement"):

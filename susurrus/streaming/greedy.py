@@ -12,11 +12,26 @@ import torch
 
 from susurrus.decoding.decode import LogitRules
 from susurrus.model.tokenizer import Tokenizer
-from susurrus.model.whisper import KV, DecoderCache, Whisper
+from susurrus.model.whisper import KV, DecoderCache, TextDecoder, Whisper
 from susurrus.streaming.calls import DecodeTokens, Steps
 from susurrus.streaming.config import FRAME_S, StreamConfig
 from susurrus.streaming.guards import eot_too_early, repeats_third_time, says_again, speech_mask, starts_over
 from susurrus.streaming.state import WindowState
+
+
+def scored(dec: TextDecoder, rules: LogitRules, hidden: torch.Tensor, approx: torch.Tensor, i: int,
+           seq: list[int]) -> torch.Tensor:
+    """Position ``i``'s logits after ``seq``: the logit rules over its int8 shortlist logits,
+    the shortlist rescored exactly (:meth:`TextDecoder.rescore`)."""
+    row = approx[i].clone()
+    rules(row[None], [seq])
+    return dec.rescore(hidden[0, i], row)
+
+
+def attention_at(qk: torch.Tensor, i: int) -> tuple[torch.Tensor, int]:
+    """Position ``i``'s alignment-head attention (heads, 1500) and the frame it reads most."""
+    attn = qk[0, :, i].float().softmax(-1)
+    return attn, int(attn.mean(0).argmax())
 
 
 @dataclass
@@ -77,9 +92,7 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
     looped = False
     i = 0  # position in the current hidden/qk that predicts the next token
     while len(tokens) < limit:
-        row = approx[i].clone()
-        rules(row[None], [seq])
-        row = dec.rescore(hidden[0, i], row)
+        row = scored(dec, rules, hidden, approx, i, seq)
         if cfg.eot_guard and int(row.argmax()) == tok.eot and len(tokens) < 2 * cfg.max_step_tokens:
             # end-of-text guard: refuse it while speech remains after the last token
             if speech is None:
@@ -93,8 +106,7 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
         following = nxt
         if nxt == tok.eot:
             break
-        attn = qk[0, :, i].float().softmax(-1)  # (heads, 1500): where it looked to predict
-        frame = int(attn.mean(0).argmax())
+        attn, frame = attention_at(qk, i)  # where it looked to predict
         if not aligned:
             pass  # translating: the alignment heads do not follow the audio; agreement decides
         elif frame >= n_real and not final:

@@ -33,6 +33,7 @@ from susurrus.model.whisper import KV, DecoderCache, TextDecoder, Whisper
 from susurrus.streaming.calls import CrossKV, DecodeTokens, Steps
 from susurrus.streaming.config import StreamConfig
 from susurrus.streaming.encoder import EncoderState, encode_steps
+from susurrus.streaming.greedy import attention_at, scored
 from susurrus.streaming.hallucination import opening_hallucinated
 from susurrus.streaming.state import CrossBuffer, WindowState
 from susurrus.streaming.vad import VadState
@@ -69,14 +70,12 @@ def in_front(tokens: list[int], frames: list[int], opening_frame: int, text: str
 
 def _pick(dec: TextDecoder, rules: LogitRules, hidden: torch.Tensor, approx: torch.Tensor, qk: torch.Tensor,
           i: int, seq: list[int]) -> tuple[int, float, int, torch.Tensor]:
-    """Position ``i``'s greedy token after ``seq`` (the stream's logit rules over the int8
-    shortlist, rescored), its probability, the frame it read and its alignment-head attention."""
-    row = approx[i].clone()
-    rules(row[None], [seq])
-    row = dec.rescore(hidden[0, i], row)
+    """Position ``i``'s greedy token after ``seq`` (scored as a step scores it), its
+    probability, the frame it read and its alignment-head attention."""
+    row = scored(dec, rules, hidden, approx, i, seq)
     token = int(row.argmax())
-    attn = qk[0, :, i].float().softmax(-1)
-    return token, float(torch.softmax(row, -1)[token]), int(attn.mean(0).argmax()), attn
+    attn, frame = attention_at(qk, i)
+    return token, float(torch.softmax(row, -1)[token]), frame, attn
 
 
 def read_in_front(net: Whisper, tok: Tokenizer, cross: list[KV], prompt: list[int], rules: LogitRules,

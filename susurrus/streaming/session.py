@@ -166,7 +166,7 @@ class StreamSession(VoiceActivity):
     def step_due(self, samples: int) -> bool:
         """Whether ``samples`` more audio would reach this stream's next step boundary (a
         scheduler may hold such a feed so that several streams' steps share a round)."""
-        return self.samples_fed + samples - self.samples_at_last_step >= self.config.chunk_ms * SAMPLE_RATE // 1000
+        return self.samples_fed + samples - self.samples_at_last_step >= self.config.step_samples
 
     def feed_steps(self, pcm: np.ndarray) -> Steps[list[Event]]:
         """:meth:`feed` as a generator of its model calls (:mod:`~susurrus.streaming.calls`),
@@ -177,7 +177,7 @@ class StreamSession(VoiceActivity):
         return self._feed_steps(stream_samples(pcm))
 
     def _feed_steps(self, samples: np.ndarray) -> Steps[list[Event]]:
-        step = self.config.chunk_ms * SAMPLE_RATE // 1000
+        step = self.config.step_samples
         # with turns, a VAD frame can end a turn and flush the window: cut at VAD frame ends too
         frame = FRAME_SAMPLES if self.turn_state is not None else step
         events: list[Event] = []

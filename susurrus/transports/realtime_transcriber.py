@@ -135,7 +135,7 @@ class Transcriber:
         client cut its appends (the rest waits for the next append, or the commit)."""
         assert item.stream is not None
         audio = np.concatenate([item.carry, samples]) if len(item.carry) else samples
-        block = item.config.chunk_ms * SAMPLE_RATE // 1000
+        block = item.config.step_samples
         whole = len(audio) if final else len(audio) - len(audio) % block
         events: list[dict[str, Any]] = []
         for i in range(0, whole, block):

@@ -151,7 +151,7 @@ def stream_job(state: Any, samples: np.ndarray, language: str | None, task: str,
     fed = 0
     try:
         stream = (state.workers or state.model).stream("medium", language=language, task=task, prompt=prompt)
-        block = stream.config.chunk_ms * SAMPLE_RATE // 1000
+        block = stream.config.step_samples
 
         def send(events: list) -> None:
             for ev in events:
