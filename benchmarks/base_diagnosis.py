@@ -308,7 +308,8 @@ def main() -> None:
         runs = sorted(earlier.values(), key=lambda r: r.name == OFFLINE)
         report(args, items, audio, runs, earlier.get(OFFLINE), earlier.get(SIMUL))
         return
-    model = susurrus.load_model(args.model)
+    # float32: the diagnosis table was measured so, and SimulStreaming exports its weights
+    model = susurrus.load_model(args.model, compute_type="float32")
     specs = []
     for spec in args.config or DEFAULT_CONFIGS:
         try:

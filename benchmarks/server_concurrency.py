@@ -40,6 +40,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from susurrus.api import resolve_compute_type  # noqa: E402
 from susurrus.audio.io import decode_audio, resample  # noqa: E402
 from susurrus.audio.resampler import StreamResampler  # noqa: E402
 from susurrus.evaluation.data import SHARED_DATA, read_manifest  # noqa: E402
@@ -273,7 +274,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", default="8", help="concurrent clients; several counts comma-separated: a sweep")
     ap.add_argument("--model", default="tiny.en")
-    ap.add_argument("--compute-type", default="float32", help="the server's --compute-type (default: %(default)s)")
+    ap.add_argument("--compute-type", default="auto", help="the server's --compute-type (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads per worker process (or in the server with --workers 0) "
                          "(default: %(default)s)")
@@ -334,7 +335,7 @@ def summary(model, results: list[Result], run: dict) -> dict:
 
 
 def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tuple[bool, float, float]]) -> None:
-    print(f"\n{args.model} ({args.compute_type}), concurrent sessions at real-time pace, 24 kHz PCM16 in 100 ms "
+    print(f"\n{args.model} ({model.compute_type}), concurrent sessions at real-time pace, 24 kHz PCM16 in 100 ms "
           "appends, each client "
           f"{'one file' if not args.seconds else f'{args.seconds:.0f}+ s of dev recordings back to back'}; server: "
           f"{args.workers} worker processes, {args.threads} torch thread(s) each, {os.cpu_count()} cores\n")
@@ -359,7 +360,8 @@ def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tupl
 def per_file_table(args: argparse.Namespace, model, results: list[Result], run: dict, batched: bool) -> None:
     cpu, wall = run["cpu"], run["wall"]
     audio_total = sum(r.duration for r in results)
-    print(f"\n{args.model} ({args.compute_type}), {len(results)} concurrent sessions at real-time pace, 24 kHz PCM16 "
+    compute = resolve_compute_type(args.compute_type)
+    print(f"\n{args.model} ({compute}), {len(results)} concurrent sessions at real-time pace, 24 kHz PCM16 "
           "in 100 ms appends; "
           f"server: {f'{args.workers} worker processes' if args.workers else 'in-process threads'} "
           f"({'batched' if batched else 'one stream at a time'}), "

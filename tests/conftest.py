@@ -57,6 +57,15 @@ def tiny():
 
 
 @pytest.fixture(scope="session")
+def tiny_float32():
+    """tiny.en with every product in float32 (``tiny`` is ``compute_type="auto"``: bf16 in the
+    encoder on a CPU with bf16 instructions), for tests of float arithmetic itself."""
+    import susurrus
+
+    return susurrus.load_model("tiny.en", compute_type="float32")
+
+
+@pytest.fixture(scope="session")
 def base():
     import susurrus
     from susurrus.model.loading import ModelNotFoundError

@@ -17,10 +17,11 @@ from susurrus.streaming.vad import TurnConfig
 SR = 16000
 
 
-def test_packed_passes_equal_each_row_alone(tiny):
+def test_packed_passes_equal_each_row_alone(tiny_float32):
     """Rows of different lengths over caches of different lengths (one masked as the silence
-    continuation is): packed outputs and caches equal each row's own forward pass."""
-    net = tiny.net
+    continuation is): packed outputs and caches equal each row's own forward pass (float32: a
+    bf16 encoder's rows run one by one, ``calls.row_by_row``)."""
+    net = tiny_float32.net
     torch.manual_seed(0)
     width = net.dims.n_audio_state
     rows = []

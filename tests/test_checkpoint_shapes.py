@@ -172,7 +172,7 @@ def loaded(checkpoint):
 
     def get(shape: str, fmt: str) -> susurrus.WhisperModel:
         if (shape, fmt) not in models:
-            models[shape, fmt] = susurrus.load_model(checkpoint(shape, fmt)[0])
+            models[shape, fmt] = susurrus.load_model(checkpoint(shape, fmt)[0], compute_type="float32")
         return models[shape, fmt]
 
     return get
@@ -356,7 +356,7 @@ def test_checkpoint_written_by_transformers_loads_with_the_same_logits(tmp_path)
     torch.manual_seed(0)
     theirs = transformers.WhisperForConditionalGeneration(config).eval()
     theirs.save_pretrained(tmp_path)
-    model = susurrus.load_model(tmp_path)
+    model = susurrus.load_model(tmp_path, compute_type="float32")
     assert model.net.dims == d
     tok = model.tokenizer.with_options("yue", "transcribe")
     tokens = torch.tensor([tok.sot_sequence + [tok.no_timestamps] + tok.encode(" hello world")])

@@ -307,8 +307,11 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
 
 def offline_key(model, item_id: str, n_samples: int, language: str | None) -> str:
     """An offline transcription's key in the cache (``--offline-cache``): model, item, audio
-    length and the language given (None: English-only, or detected)."""
-    return f"{model.name}|{item_id}|{n_samples}|{language}"
+    length and the language given (None: English-only, or detected); a compute type other than
+    float32 is part of the model's name (its products round differently)."""
+    compute = getattr(model, "compute_type", "float32")
+    name = model.name if compute == "float32" else f"{model.name}@{compute}"
+    return f"{name}|{item_id}|{n_samples}|{language}"
 
 
 def cached_offline(model, cache: dict, item_id: str, audio: np.ndarray, language: str | None,

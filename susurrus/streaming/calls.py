@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from susurrus.model import batched
-from susurrus.model.whisper import KV, DecoderCache, EncoderCache, Whisper
+from susurrus.model.whisper import KV, Bf16Linear, DecoderCache, EncoderCache, Whisper
 from susurrus.streaming.vad import VadFrames
 
 T = TypeVar("T")
@@ -89,10 +89,13 @@ def run_alone(net: Whisper, call: ModelCall) -> Any:
 def row_by_row(net: Whisper) -> tuple[type, ...]:
     """The kinds of call that must run one row at a time: those whose blocks run int8
     dynamically quantised linear layers (``compute_type``), which quantise their input per pass,
-    so that packed, a row's results would depend on the others'."""
-    def quantized(part: torch.nn.Module) -> bool:
-        return any("quantized" in type(m).__module__ for m in part.blocks.modules())
-    return (*((EncodeFrames,) if quantized(net.encoder) else ()), *((DecodeTokens,) if quantized(net.decoder) else ()))
+    so that packed, a row's results would depend on the others'; and those with bfloat16 linear
+    layers, whose kernels round a row's products differently with the number of rows packed
+    (measured: one packed stream in 16 changed a word). The encoder's rows are ~100 frames each,
+    so running them one by one reads its weights a few times more and costs little."""
+    def own_rows(part: torch.nn.Module) -> bool:
+        return any("quantized" in type(m).__module__ or isinstance(m, Bf16Linear) for m in part.blocks.modules())
+    return (*((EncodeFrames,) if own_rows(net.encoder) else ()), *((DecodeTokens,) if own_rows(net.decoder) else ()))
 
 
 @torch.inference_mode()

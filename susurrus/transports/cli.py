@@ -28,17 +28,18 @@ MODEL_HELP = ("model: an embedded name (tiny.en, base), a CTranslate2 directory,
 
 # susurrus.api.COMPUTE_TYPES (not imported here: torch)
 COMPUTE_TYPES = ["float32", "int8", "int8_encoder", "int8_decoder", "bf16_encoder"]
-COMPUTE_TYPE_HELP = ("float32 (default, exact) or int8: the linear layers of the encoder's and the decoder's blocks "
-                     "(attention projections, MLPs) on int8 weights, offline and streaming alike; int8_encoder and "
-                     "int8_decoder quantise one side only. Lossy: only int8_encoder on tiny.en stayed within 0.2 WER "
-                     "points on the dev set (12%% less CPU); int8 cost base 3.3 points streaming. bf16_encoder: the "
-                     "encoder's linear layers in bfloat16, for CPUs with bf16 instructions (AVX512-BF16, AMX; "
-                     "elsewhere emulated and slower); it held tiny.en and base within 0.2 points for ~15%% less CPU "
-                     "(docs/benchmarks.md)")
+AUTO = "auto"  # susurrus.api.AUTO
+COMPUTE_TYPE_HELP = ("auto (default): bf16_encoder on a CPU with bfloat16 instructions (AVX512-BF16, AMX), float32 "
+                     "elsewhere. float32: exact, every product as the checkpoint's. bf16_encoder: the encoder's "
+                     "linear layers in bfloat16 (same text as float32 on all 49 English dev items streaming, "
+                     "10-15%% less CPU; on a CPU without bf16 instructions emulated and slower). int8: the linear "
+                     "layers of the encoder's and the decoder's blocks on int8 weights; int8_encoder and "
+                     "int8_decoder quantise one side only. Lossy: only int8_encoder on tiny.en stayed within 0.2 "
+                     "WER points on the dev set; int8 cost base 3.3 points streaming (docs/benchmarks.md)")
 
 
 def _add_compute_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--compute-type", choices=COMPUTE_TYPES, default="float32", help=COMPUTE_TYPE_HELP)
+    p.add_argument("--compute-type", choices=[AUTO, *COMPUTE_TYPES], default=AUTO, help=COMPUTE_TYPE_HELP)
     p.add_argument("--int8-output", action="store_true",
                    help="int8 weights for the vocabulary projection (faster, near-ties may flip)")
 

@@ -85,7 +85,7 @@ class ReplicaOptions:
     model: str = "tiny.en"
     threads: int = 1
     int8_output: bool = False
-    compute_type: str = "float32"
+    compute_type: str = "auto"
     limits: Limits = field(default_factory=Limits)
     uploads: UploadLimits = field(default_factory=UploadLimits)
     api_key: str | None = None

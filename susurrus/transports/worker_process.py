@@ -51,7 +51,7 @@ class ModelSpec:
     source: str
     threads: int = 1
     int8_output: bool = False
-    compute_type: str = "float32"
+    compute_type: str = "auto"
     batched: bool = True
     window_ms: float = 0.0
     grid_ms: float = 0.0
