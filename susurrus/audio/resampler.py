@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from susurrus.audio.io import _ROLLOFF, _ZERO_CROSSINGS, _windowed_sinc
 
@@ -55,11 +56,16 @@ class StreamResampler:
         """Outputs ``self.n_out .. upto - 1`` from the history (zeros outside the input)."""
         if upto <= self.n_out:
             return np.zeros(0, np.float32)
+        w = self.half_width
         j = np.arange(self.n_out, upto, dtype=np.int64)
-        idx = self._input_center(j)[:, None] + self.offsets[None, :] - self.history_start
-        padded = np.concatenate([self.history, np.zeros(1, np.float32)])  # a zero for out-of-range taps
-        valid = (idx >= 0) & (idx < len(self.history))
-        taps = padded[np.where(valid, idx, len(self.history))]
+        first = self._input_center(j) - (w - 1)  # absolute input index of each output's first tap
+        # the input these outputs read, [lo, hi), with zeros where it lies outside the input received
+        lo, hi = int(first[0]), int(first[-1]) + 2 * w
+        span = np.zeros(hi - lo, np.float32)
+        a, b = max(lo, self.history_start), min(hi, self.history_start + len(self.history))
+        if b > a:
+            span[a - lo:b - lo] = self.history[a - self.history_start:b - self.history_start]
+        taps = sliding_window_view(span, 2 * w)[first - lo]  # (outputs, 2W): each output's taps, one row copy
         out = np.einsum("ij,ij->i", taps, self.kernel[j % self.up], dtype=np.float32)
         self.n_out = upto
         # keep only what later outputs can still read
