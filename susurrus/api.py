@@ -142,9 +142,9 @@ def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None 
     ``int8_encoder`` stayed within 0.2 WER points of float32 (offline and streaming, 12 % less
     CPU); ``int8`` cost tiny.en 0.6 points offline and base 3.3 points streaming, for 14-26 %
     less CPU. ``"bf16_encoder"``: the encoder's linear layers in bfloat16 (:class:`~susurrus.model.
-    whisper.Bf16Linear`), on CPUs with bfloat16 instructions (AVX512-BF16, AMX; elsewhere a
-    warning: emulated, slower); it held tiny.en and base within 0.2 points offline and streaming
-    (docs/benchmarks.md)."""
+    whisper.Bf16Linear`) and its attention too (keys/values kept in bfloat16), on CPUs with
+    bfloat16 instructions (AVX512-BF16, AMX; elsewhere a warning: emulated, slower); it held
+    tiny.en and base within 0.2 points offline and streaming (docs/benchmarks.md)."""
     compute_type = resolve_compute_type(compute_type)
     if threads:
         torch.set_num_threads(threads)

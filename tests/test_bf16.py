@@ -43,12 +43,17 @@ def test_bf16_encoder_quantises_the_encoder_blocks_only_and_streams_as_float32(b
     assert all(type(m) is Bf16Linear for m in enc.blocks.modules() if isinstance(m, Linear))
     assert not any(isinstance(m, Bf16Linear) for m in dec.modules())
     assert enc.conv1.weight.dtype == torch.float32  # the stem stays float32
+    # the encoder's attention runs in bfloat16 over keys/values kept in it; the decoder's in float32
+    assert all(block.attn.dtype == torch.bfloat16 for block in enc.blocks)
+    assert all(block.attn.dtype is None and block.cross_attn.dtype is None for block in dec.blocks)
     audio = decode_audio(dev_item("jfk_inaugural").audio)
     texts = []
     for model in (tiny_float32, bf16_tiny):
         stream = model.stream()
         list(stream.events(audio[i:i + 10240] for i in range(0, len(audio), 10240)))
         texts.append(stream.text)
+        cache = stream.window.encoder.cache.layers[0]
+        assert cache.k.dtype == (torch.bfloat16 if model is bf16_tiny else torch.float32)  # half the memory
     errors, _ = error_counts(texts[0], texts[1])
     assert errors <= 2, texts  # the same text on all 49 English dev items (docs/benchmarks.md)
     assert len(texts[1].split()) > 10

@@ -43,7 +43,8 @@ def _block(block: ResidualAttentionBlock, x: Tensor, spans: list[tuple[int, int]
     new positions, and each row's cross-attention scores (with ``need_weights``)."""
     attn = block.attn
     h = block.attn_ln(x)
-    q, k, v = attn.query(h), attn.key(h), attn.value(h)
+    q, new = attn.query(h), attn.project_kv(h)
+    k, v = new.k, new.v
     mixed, kvs = [], []
     for (a, b), past, mask in zip(spans, pasts, masks):
         kv = KV(k[None, a:b], v[None, a:b]) if past is None else past.append(k[None, a:b], v[None, a:b])

@@ -188,9 +188,15 @@ class MultiHeadAttention(nn.Module):
         self.key = Linear(n_state, n_state, bias=False)
         self.value = Linear(n_state, n_state)
         self.out = Linear(n_state, n_state)
+        # the dtype its keys and values are kept in and its attention runs in (None: the
+        # input's); bfloat16 in a ``bf16_encoder`` (:func:`quantize_linears`)
+        self.dtype: torch.dtype | None = None
 
     def project_kv(self, x: Tensor) -> KV:
-        return KV(self.key(x), self.value(x))
+        k, v = self.key(x), self.value(x)
+        if self.dtype is not None:
+            k, v = k.to(self.dtype), v.to(self.dtype)
+        return KV(k, v)
 
     def attend(self, q: Tensor, kv: KV, mask: Tensor | None = None,
                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -204,17 +210,18 @@ class MultiHeadAttention(nn.Module):
         ``need_weights`` the (pre-softmax) scores (batch, heads, T, time)."""
         b, t, d = q.shape
         h = self.n_head
-        qh = q.view(b, t, h, d // h).transpose(1, 2)
+        dtype = kv.k.dtype  # the attention runs in the keys' dtype, its output in the query's
+        qh = q.to(dtype).view(b, t, h, d // h).transpose(1, 2)
         kh = kv.k.view(kv.k.shape[0], -1, h, d // h).transpose(1, 2)
         vh = kv.v.view(kv.v.shape[0], -1, h, d // h).transpose(1, 2)
         if not need_weights:
-            out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
-            return out.transpose(1, 2).reshape(b, t, d), None
+            out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=None if mask is None else mask.to(dtype))
+            return out.transpose(1, 2).reshape(b, t, d).to(q.dtype), None
         scores = (qh @ kh.transpose(-1, -2)) * (d // h) ** -0.5
         if mask is not None:
             scores = scores + mask
-        weights = scores.float().softmax(dim=-1).to(q.dtype)
-        return (weights @ vh).transpose(1, 2).reshape(b, t, d), scores.detach()
+        weights = scores.float().softmax(dim=-1).to(dtype)
+        return (weights @ vh).transpose(1, 2).reshape(b, t, d).to(q.dtype), scores.detach()
 
 
 class ResidualAttentionBlock(nn.Module):
@@ -437,9 +444,10 @@ INT8_PARTS = ("encoder", "decoder")
 def quantize_linears(net: Whisper, parts: tuple[str, ...] = INT8_PARTS, kind: str = "int8") -> int:
     """Replace the linear layers (attention projections and MLPs) of the ``parts``' residual
     blocks, in place, by int8 dynamically quantised ones (``kind="int8"``) or by
-    :class:`Bf16Linear` (``"bf16"``); the conv stem, layer norms, attention, embeddings and the
-    vocabulary projection stay float32. Lossy (docs/benchmarks.md). Returns the number of
-    layers replaced."""
+    :class:`Bf16Linear` (``"bf16"``, which also keeps the blocks' attention keys/values in
+    bfloat16 and runs their attention in it: ``MultiHeadAttention.dtype``); the conv stem, layer
+    norms, embeddings and the vocabulary projection stay float32 (and, with int8, attention).
+    Lossy (docs/benchmarks.md). Returns the number of linear layers replaced."""
     unknown = set(parts) - set(INT8_PARTS)
     if unknown:
         raise ValueError(f"unknown part(s) {sorted(unknown)}; known: {list(INT8_PARTS)}")
@@ -454,6 +462,8 @@ def quantize_linears(net: Whisper, parts: tuple[str, ...] = INT8_PARTS, kind: st
                     setattr(module, child_name, _int8_linear(child.weight, child.bias) if kind == "int8"
                             else Bf16Linear.of(child))
                     replaced += 1
+            if kind == "bf16" and isinstance(module, MultiHeadAttention):
+                module.dtype = torch.bfloat16
     return replaced
 
 
