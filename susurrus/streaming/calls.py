@@ -92,7 +92,8 @@ def row_by_row(net: Whisper) -> tuple[type, ...]:
     so that packed, a row's results would depend on the others'; and those with bfloat16 linear
     layers, whose kernels round a row's products differently with the number of rows packed
     (measured: one packed stream in 16 changed a word). The encoder's rows are ~100 frames each,
-    so running them one by one reads its weights a few times more and costs little."""
+    so running them one by one reads its weights a few more times (~10 % of the cost at 32
+    streams, docs/benchmarks.md): the price of each stream's text being its own."""
     def own_rows(part: torch.nn.Module) -> bool:
         return any("quantized" in type(m).__module__ or isinstance(m, Bf16Linear) for m in part.blocks.modules())
     return (*((EncodeFrames,) if own_rows(net.encoder) else ()), *((DecodeTokens,) if own_rows(net.decoder) else ()))
