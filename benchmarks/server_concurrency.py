@@ -40,7 +40,6 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from susurrus.api import resolve_compute_type  # noqa: E402
 from susurrus.audio.io import decode_audio, resample  # noqa: E402
 from susurrus.audio.resampler import StreamResampler  # noqa: E402
 from susurrus.evaluation.data import SHARED_DATA, read_manifest  # noqa: E402
@@ -360,8 +359,7 @@ def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tupl
 def per_file_table(args: argparse.Namespace, model, results: list[Result], run: dict, batched: bool) -> None:
     cpu, wall = run["cpu"], run["wall"]
     audio_total = sum(r.duration for r in results)
-    compute = resolve_compute_type(args.compute_type)
-    print(f"\n{args.model} ({compute}), {len(results)} concurrent sessions at real-time pace, 24 kHz PCM16 "
+    print(f"\n{args.model} ({model.compute_type}), {len(results)} concurrent sessions at real-time pace, 24 kHz PCM16 "
           "in 100 ms appends; "
           f"server: {f'{args.workers} worker processes' if args.workers else 'in-process threads'} "
           f"({'batched' if batched else 'one stream at a time'}), "

@@ -134,10 +134,10 @@ def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None 
 
     ``compute_type``: ``"auto"`` (the default: ``"bf16_encoder"`` on a CPU with bfloat16
     instructions, ``"float32"`` elsewhere; :func:`resolve_compute_type`; ``model.compute_type``
-    says which), ``"float32"`` (exact: every product as the checkpoint's float32), ``"int8"`` (the linear layers of the
-    encoder's and the decoder's blocks on dynamically quantised int8 weights: attention
-    projections and MLPs; the conv stem, layer norms, embeddings and the vocabulary projection
-    stay float32), or ``"int8_encoder"`` / ``"int8_decoder"`` (those of one side only). Applies
+    says which), ``"float32"`` (exact: every product as the checkpoint's float32), ``"int8"``
+    (the linear layers of the encoder's and the decoder's blocks on dynamically quantised int8
+    weights: attention projections and MLPs; the conv stem, layer norms, embeddings and the
+    vocabulary projection stay float32), or ``"int8_encoder"`` / ``"int8_decoder"`` (those of one side only). Applies
     to offline transcription and streaming alike. Lossy: on the dev set only tiny.en's
     ``int8_encoder`` stayed within 0.2 WER points of float32 (offline and streaming, 12 % less
     CPU); ``int8`` cost tiny.en 0.6 points offline and base 3.3 points streaming, for 14-26 %

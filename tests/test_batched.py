@@ -217,25 +217,33 @@ def test_bench_streams_items_together_with_the_same_results(tiny, dev_items):
     assert all(r.cpu_s > 0 for r in together.items)
 
 
-def test_int8_parts_run_row_by_row_so_batching_stays_exact(dev_item):
-    """With an int8 encoder (dynamic quantisation: each pass quantises its input as a whole),
-    streams stepped together still commit exactly the words each commits alone. Their times
-    may move by a frame or two: the float parts are packed, and the alignment heads' attention
-    then differs by rounding, on some CPUs enough for DTW to take a neighbouring path (as in
-    float32, docs/benchmarks.md "Many streams, one engine"; here 0.02 s for one word)."""
+@pytest.mark.parametrize(("compute_type", "seconds", "shift_s"), [("int8_encoder", 6, 0.1), ("bf16_encoder", 8, 0.021)])
+def test_row_by_row_parts_keep_batching_exact(dev_item, tiny, compute_type, seconds, shift_s):
+    """An int8 encoder (dynamic quantisation: each pass quantises its input as a whole) or a
+    bf16 one (its kernels round a row's products differently with the rows packed beside it)
+    runs its calls of a round one by one (``calls.row_by_row``); the decoder's float rows stay
+    packed. Streams stepped together then commit exactly the words each commits alone. With
+    int8 their times may move by a frame or two: the float parts are packed, and the alignment
+    heads' attention then differs by rounding, on some CPUs enough for DTW to take a
+    neighbouring path (as in float32, docs/benchmarks.md "Many streams, one engine"; here
+    0.02 s for one word)."""
     import susurrus
+    from susurrus.streaming.calls import EncodeFrames, row_by_row
 
-    model = susurrus.load_model("tiny.en", compute_type="int8_encoder")
-    audios = [decode_audio(dev_item(i).audio)[: 6 * SR] for i in ("jfk_inaugural", "ljspeech_LJ001-0001")]
+    model = susurrus.load_model("tiny.en", compute_type=compute_type)
+    assert row_by_row(model.net) == (EncodeFrames,)
+    assert DecodeTokens not in row_by_row(tiny.net)
+    audios = [decode_audio(dev_item(i).audio)[: seconds * SR] for i in ("jfk_inaugural", "ljspeech_LJ001-0001")]
     batch = model.streams()
     streams = [batch.stream() for _ in audios]
-    for i in range(0, 6 * SR, 1600):
+    for i in range(0, seconds * SR, 1600):
         batch.feed({s: a[i:i + 1600] for s, a in zip(streams, audios)})
     batch.finish(streams)
     for stream, audio in zip(streams, audios):
         alone = _alone(model, audio, 1600, {})
         assert [w.word for w in stream.words] == [w.word for w in alone]
-        assert max(abs(w.start - a.start) for w, a in zip(stream.words, alone)) <= 0.1
+        assert max(abs(w.start - a.start) for w, a in zip(stream.words, alone)) <= shift_s
+    assert batch.calls_per_round > 1.5
 
 
 def test_step_due_says_when_a_feed_completes_a_step(tiny):

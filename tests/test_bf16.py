@@ -1,5 +1,5 @@
 """``compute_type="bf16_encoder"`` and ``"auto"``: the encoder's linear layers in bfloat16 where
-the CPU multiplies it in hardware; streams stepped together stay exact."""
+the CPU multiplies it in hardware (streams stepped together stay exact: ``test_batched.py``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import torch
 
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation.metrics import error_counts
-
-SR = 16000
 
 
 @pytest.fixture(scope="module")
@@ -57,27 +55,3 @@ def test_bf16_encoder_quantises_the_encoder_blocks_only_and_streams_as_float32(b
     errors, _ = error_counts(texts[0], texts[1])
     assert errors <= 2, texts  # the same text on all 49 English dev items (docs/benchmarks.md)
     assert len(texts[1].split()) > 10
-
-
-def test_bf16_encoder_calls_run_row_by_row_so_batching_stays_exact(bf16_tiny, tiny, dev_item):
-    """bfloat16 products of packed rows round differently from a row's own, so the encoder's
-    calls of a round run one by one (``calls.row_by_row``): streams stepped together commit
-    exactly the words and times each commits alone."""
-    from susurrus.streaming.calls import DecodeTokens, EncodeFrames, row_by_row
-
-    assert row_by_row(bf16_tiny.net) == (EncodeFrames,)  # the decoder's float32 rows stay packed
-    assert DecodeTokens not in row_by_row(tiny.net)
-    audios = [decode_audio(dev_item(i).audio)[: 8 * SR] for i in ("jfk_inaugural", "ljspeech_LJ001-0001")]
-    batch = bf16_tiny.streams()
-    streams = [batch.stream() for _ in audios]
-    for i in range(0, 8 * SR, 1600):
-        batch.feed({s: a[i:i + 1600] for s, a in zip(streams, audios)})
-    batch.finish(streams)
-    for stream, audio in zip(streams, audios):
-        alone = bf16_tiny.stream()
-        for i in range(0, len(audio), 1600):
-            alone.feed(audio[i:i + 1600])
-        alone.finish()
-        assert [w.word for w in stream.words] == [w.word for w in alone.words]
-        assert max(abs(w.start - a.start) for w, a in zip(stream.words, alone.words)) <= 0.021
-    assert batch.calls_per_round > 1.5

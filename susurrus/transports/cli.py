@@ -33,10 +33,10 @@ COMPUTE_TYPE_HELP = ("auto (default): bf16_encoder on a CPU with bfloat16 instru
                      "elsewhere. float32: exact, every product as the checkpoint's. bf16_encoder: the encoder's "
                      "linear layers and attention in bfloat16 (same text as float32 on all 49 English dev "
                      "items streaming, 10-15%% less CPU; on a CPU without bf16 instructions emulated and slower). "
-                     "int8: the linear "
-                     "layers of the encoder's and the decoder's blocks on int8 weights; int8_encoder and "
-                     "int8_decoder quantise one side only. Lossy: only int8_encoder on tiny.en stayed within 0.2 "
-                     "WER points on the dev set; int8 cost base 3.3 points streaming (docs/benchmarks.md)")
+                     "int8: the linear layers of the encoder's and the decoder's blocks on int8 weights; "
+                     "int8_encoder and int8_decoder quantise one side only. Lossy: only int8_encoder on tiny.en "
+                     "stayed within 0.2 WER points on the dev set; int8 cost base 3.3 points streaming "
+                     "(docs/benchmarks.md)")
 
 
 def _add_compute_args(p: argparse.ArgumentParser) -> None:
