@@ -64,3 +64,22 @@ def test_bf16_encoder_quantises_the_encoder_blocks_only_and_streams_as_float32(b
     errors, _ = error_counts(texts[0], texts[1])
     assert errors <= 2, texts  # the same text on all 49 English dev items (docs/benchmarks.md)
     assert len(texts[1].split()) > 10
+
+
+def test_bf16_linear_rounds_once_and_gives_the_bits_of_the_plain_formula(bf16_tiny):
+    """The block rounds its input to bfloat16 once for the three projections and keeps the
+    bias-free key in bfloat16: the same bits as rounding in each layer and converting back."""
+    import torch.nn.functional as F
+
+    block = bf16_tiny.net.encoder.blocks[0]
+    attn = block.attn
+    x = torch.randn(37, attn.query.in_features)
+    for layer in (attn.query, attn.value, block.mlp[0]):
+        plain = F.linear(x.to(torch.bfloat16), layer.weight).float() + layer.bias
+        assert layer(x).dtype == torch.float32
+        assert torch.equal(layer(x), plain)
+        assert torch.equal(layer(attn.projected(x)), plain)  # input rounded beforehand: the same
+    kv = attn.project_kv(attn.projected(x))
+    assert kv.k.dtype == torch.bfloat16
+    assert torch.equal(kv.k, F.linear(x.to(torch.bfloat16), attn.key.weight).float().to(torch.bfloat16))
+    assert torch.equal(kv.v, attn.value(x).to(torch.bfloat16))

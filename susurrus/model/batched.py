@@ -42,7 +42,7 @@ def _block(block: ResidualAttentionBlock, x: Tensor, spans: list[tuple[int, int]
     to ``crosses[i]``). Returns the output, each row's self-attention keys/values including its
     new positions, and each row's cross-attention scores (with ``need_weights``)."""
     attn = block.attn
-    h = block.attn_ln(x)
+    h = attn.projected(block.attn_ln(x))
     q, new = attn.query(h), attn.project_kv(h)
     k, v = new.k, new.v
     mixed, kvs = [], []

@@ -192,8 +192,17 @@ class MultiHeadAttention(nn.Module):
         # input's); bfloat16 in a ``bf16_encoder`` (:func:`quantize_linears`)
         self.dtype: torch.dtype | None = None
 
+    def projected(self, x: Tensor) -> Tensor:
+        """``x`` as the projections read it: rounded to bfloat16 once for all three of a
+        ``bf16_encoder`` block (:class:`Bf16Linear` rounds its input anyway), else as is."""
+        return x.to(self.dtype) if self.dtype is not None else x
+
     def project_kv(self, x: Tensor) -> KV:
-        k, v = self.key(x), self.value(x)
+        if self.dtype is not None and isinstance(self.key, Bf16Linear) and self.key.bias is None:
+            k = self.key.product(x)  # kept in bfloat16: what rounding the float32 copy gives
+        else:
+            k = self.key(x)
+        v = self.value(x)
         if self.dtype is not None:
             k, v = k.to(self.dtype), v.to(self.dtype)
         return KV(k, v)
@@ -240,7 +249,7 @@ class ResidualAttentionBlock(nn.Module):
                 ) -> tuple[Tensor, KV, Tensor | None]:
         """One block. Returns the output, this layer's self-attention keys/values including
         the new positions, and (optionally) the cross-attention scores."""
-        h = self.attn_ln(x)
+        h = self.attn.projected(self.attn_ln(x))
         new = self.attn.project_kv(h)
         kv = new if past is None else past.append(new.k, new.v)
         y, _ = self.attn.attend(self.attn.query(h), kv, mask)
@@ -426,9 +435,15 @@ class Bf16Linear(Linear):
             out.bias = nn.Parameter(layer.bias.detach().float(), requires_grad=False)
         return out
 
+    def product(self, x: Tensor) -> Tensor:
+        """The product without the bias, in bfloat16."""
+        return F.linear(x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16), self.weight)
+
     def forward(self, x: Tensor) -> Tensor:
-        y = F.linear(x.to(torch.bfloat16), self.weight).to(x.dtype)
-        return y if self.bias is None else y + self.bias.to(x.dtype)
+        y = self.product(x)
+        if self.bias is None:
+            return y.float()
+        return torch.add(y, self.bias)  # promoted: y exactly in float32, plus the float32 bias, one pass
 
 
 def native_bf16() -> bool:
