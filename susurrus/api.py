@@ -33,19 +33,16 @@ COMPUTE_TYPES: dict[str, tuple[str, tuple[str, ...]]] = {  # name -> (kind, the 
     "int8_decoder": ("int8", ("decoder",)),
     "bf16_encoder": ("bf16", ("encoder",)),
 }
-AUTO = "auto"  # bf16_encoder for English-only checkpoints where the CPU multiplies bfloat16 in hardware
+AUTO = "auto"  # bf16_encoder where the CPU multiplies bfloat16 in hardware, float32 elsewhere
 
 
-def resolve_compute_type(compute_type: str, multilingual: bool = False) -> str:
-    """The compute type ``compute_type`` stands for on this CPU for a checkpoint: ``"auto"`` is
-    ``"bf16_encoder"`` for an English-only checkpoint where the CPU has bfloat16 instructions
-    (AVX512-BF16, AMX: the encoder's products run ~2.5x the float32 rate; tiny.en streams the
-    dev, hard and long-form sets within near-tie noise of float32) and ``"float32"`` elsewhere:
-    emulated bf16 is slower than float32, and on a ``multilingual`` checkpoint bf16 cost base
-    2.4 WER points streaming its other languages and one item of the English dev set
-    (docs/benchmarks.md), so it stays an explicit choice there. Any other name is itself, checked."""
+def resolve_compute_type(compute_type: str) -> str:
+    """The compute type ``compute_type`` stands for on this CPU: ``"auto"`` is ``"bf16_encoder"``
+    where the CPU has bfloat16 instructions (AVX512-BF16, AMX: the encoder's products run
+    ~2.5x the float32 rate, and the dev set streams the same text) and ``"float32"`` elsewhere
+    (emulated bf16 is slower than float32); any other name is itself, checked."""
     if compute_type == AUTO:
-        return "bf16_encoder" if native_bf16() and not multilingual else "float32"
+        return "bf16_encoder" if native_bf16() else "float32"
     if compute_type not in COMPUTE_TYPES:
         raise ValueError(f"compute_type must be one of {[AUTO, *COMPUTE_TYPES]}, not {compute_type!r}")
     return compute_type
@@ -135,9 +132,9 @@ def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None 
     token on CPU, lossy: near-ties flip, 1.5 WER points offline on the dev set). Streaming does
     not need it: it rescores an int8 shortlist exactly by default (docs/benchmarks.md).
 
-    ``compute_type``: ``"auto"`` (the default: ``"bf16_encoder"`` for an English-only checkpoint
-    on a CPU with bfloat16 instructions, ``"float32"`` elsewhere; :func:`resolve_compute_type`;
-    ``model.compute_type`` says which), ``"float32"`` (exact: every product as the checkpoint's float32), ``"int8"``
+    ``compute_type``: ``"auto"`` (the default: ``"bf16_encoder"`` on a CPU with bfloat16
+    instructions, ``"float32"`` elsewhere; :func:`resolve_compute_type`; ``model.compute_type``
+    says which), ``"float32"`` (exact: every product as the checkpoint's float32), ``"int8"``
     (the linear layers of the encoder's and the decoder's blocks on dynamically quantised int8
     weights: attention projections and MLPs; the conv stem, layer norms, embeddings and the
     vocabulary projection stay float32), or ``"int8_encoder"`` / ``"int8_decoder"`` (those of one side only). Applies
@@ -147,14 +144,11 @@ def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None 
     less CPU. ``"bf16_encoder"``: the encoder's linear layers in bfloat16 (:class:`~susurrus.model.
     whisper.Bf16Linear`) and its attention too (keys/values kept in bfloat16), on CPUs with
     bfloat16 instructions (AVX512-BF16, AMX; elsewhere a warning: emulated, slower); it held
-    tiny.en within 0.2 points offline and streaming on the dev set, base not on its other
-    languages (docs/benchmarks.md)."""
-    if compute_type != AUTO:
-        resolve_compute_type(compute_type)  # a bad name fails before the weights load
+    tiny.en and base within 0.2 points offline and streaming (docs/benchmarks.md)."""
+    compute_type = resolve_compute_type(compute_type)
     if threads:
         torch.set_num_threads(threads)
     loaded = load_weights(name_or_path)
-    compute_type = resolve_compute_type(compute_type, loaded.net.is_multilingual)
     kind, parts = COMPUTE_TYPES[compute_type]
     if kind == "bf16" and not native_bf16():
         warnings.warn(f"compute_type={compute_type!r}: this CPU has no bfloat16 instructions (AVX512-BF16, AMX); "
