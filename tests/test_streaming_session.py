@@ -124,3 +124,45 @@ def test_cli_stream_writes_json_with_emission_times(dev_item, tmp_path):
                             "--latency", "low", "-o", str(tmp_path)], input=raw, capture_output=True, timeout=300)
     assert piped.returncode == 0, piped.stderr
     assert (tmp_path / "stdin.txt").read_text().strip() == doc["text"].strip()
+
+
+def test_step_phase_moves_the_step_grid_and_only_it(tiny, dev_item):
+    """``step_phase_ms``: the first step that much shorter, every step then at k * chunk - phase;
+    whatever the pieces, and refused outside 0..chunk-1."""
+    audio = decode_audio(dev_item("ljspeech_LJ001-0002").audio)
+    times = {}
+    for phase in (0, 200):
+        for piece in (1600, 4321):
+            stream = tiny.stream(vad=False, step_phase_ms=phase)
+            for i in range(0, len(audio), piece):
+                stream.feed(audio[i:i + piece])
+            steps = [round(s.audio_time, 3) for s in stream.stats]
+            expected = [round((k * 640 - phase) / 1000, 3) for k in range(1, len(audio) // 16 // 640 + 2)
+                        if (k * 640 - phase) * 16 <= len(audio)]
+            assert steps == expected, (phase, piece)
+            stream.finish()
+            times.setdefault(phase, set()).add(stream.text)
+    assert all(len(texts) == 1 for texts in times.values())  # piece sizes never matter, phase or not
+    for bad in (-1, 640, 1000):
+        with pytest.raises(ValueError, match="step_phase_ms"):
+            StreamConfig(step_phase_ms=bad)
+
+
+def test_bench_reports_what_the_phase_alone_moves(tiny, dev_items):
+    from susurrus.evaluation import bench
+    from susurrus.streaming.session import stream_config
+
+    items = [i for i in dev_items if i.language == "en"][:2]
+    configs = [stream_config("medium", step_phase_ms=p) for p in (0, 320)]
+    results = bench.run(tiny, items, configs, progress=False)
+    rows = bench.phase_rows(results)
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert cells[0] == "640/1000/500" and cells[1] == "0, 320"
+    assert cells[2] == " / ".join(f"{r.wer:.2f}" for r in results)
+    per_phase = [int(n) for n in cells[5].split(" / ")]
+    assert int(cells[6]) <= min(per_phase) <= max(per_phase) <= int(cells[7])
+    unlike = sum(a.stream_text != b.stream_text for a, b in zip(results[0].items, results[1].items))
+    assert cells[8] == f"{unlike} of 2"
+    report = bench.report(results)
+    assert "Step phases" in report and "640/1000/500 phase 320" in report

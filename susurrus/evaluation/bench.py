@@ -25,7 +25,7 @@ import resource
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
@@ -127,7 +127,8 @@ class BenchResult:
 
     def row(self) -> str:
         c = self.config
-        return (f"| {c.chunk_ms} | {c.lookahead_ms} | {c.commit_margin_ms} | {c.policy} | {self.wer:.2f} "
+        chunk = f"{c.chunk_ms} (phase {c.step_phase_ms})" if c.step_phase_ms else f"{c.chunk_ms}"
+        return (f"| {chunk} | {c.lookahead_ms} | {c.commit_margin_ms} | {c.policy} | {self.wer:.2f} "
                 f"| {self.offline_wer:.2f} | {self.agreement:.2f} | {self.mean_latency:.2f} | {self.latency(50):.2f} "
                 f"| {self.latency(90):.2f} | {self.cost:.3f} | {self.reencode_cost:.2f} "
                 f"| {1000 * statistics.median(self.step_times or [0.0]):.0f} | {self.peak_rss_mb:.0f} |")
@@ -139,7 +140,7 @@ class BenchResult:
         rep = max((i.repetition for i in self.items), default=0)
         stall = max(self.items, key=lambda i: i.max_delay_s, default=None)
         stall_s = f"{stall.max_delay_s:.2f} ({stall.id})" if stall else "-"
-        return f"| {self.config.chunk_ms}/{self.config.lookahead_ms}/{self.config.commit_margin_ms} | {delta} " \
+        return f"| {setting(self.config)} | {delta} " \
                f"| {lost} | {rep} | {stall_s} | {self.stall_bar_s:.2f} |"
 
     @property
@@ -178,6 +179,12 @@ def _rate(items: list[ItemResult], attr: str) -> float:
 def _clip(text: str, n: int = 70) -> str:
     text = text.strip().replace("|", "/")
     return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def setting(c: StreamConfig) -> str:
+    """A setting's label: chunk/look-ahead/margin ms, and the step phase when not 0."""
+    label = f"{c.chunk_ms}/{c.lookahead_ms}/{c.commit_margin_ms}"
+    return f"{label} phase {c.step_phase_ms}" if c.step_phase_ms else label
 
 
 HEADER = ("| chunk ms | look-ahead ms | margin ms | policy | WER % | offline WER % | stream vs offline % "
@@ -286,7 +293,7 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
     for config in configs:
         res = BenchResult(config=config, full_encode_s=statistics.median(times))
         groups = [items[i:i + together] for i in range(0, len(items), max(1, together))]
-        bar = tqdm(total=len(items), desc=f"stream {config.chunk_ms}/{config.lookahead_ms}/{config.commit_margin_ms}",
+        bar = tqdm(total=len(items), desc=f"stream {setting(config)}",
                    disable=not progress, file=sys.stderr)
         for group in groups:
             cfgs = [config if language(item) is None else _with_language(config, language(item)) for item in group]
@@ -360,12 +367,44 @@ def score_item(item: Item, session: StreamSession, offline: tuple[str, list[Word
     return res
 
 
+PHASE_HEADER = ("| setting | phases ms | WER % per phase | mean WER % | offline WER % | items > 15 points worse than "
+                "offline, per phase | at every phase | at some phase | texts unlike the first phase's |\n"
+                "|---|---|---|---|---|---|---|---|---|")
+
+
+def phase_rows(results: list[BenchResult]) -> list[str]:
+    """For each setting run at several step phases (``--phases``): how far the phase alone moves
+    the WER, the items more than 15 points worse than offline, and the texts."""
+    groups: dict[StreamConfig, list[BenchResult]] = {}
+    for r in results:
+        groups.setdefault(replace(r.config, step_phase_ms=0), []).append(r)
+    rows = []
+    for base, runs in groups.items():
+        if len(runs) < 2:
+            continue
+        worse = [{i.id for i in r.items if i.reference and i.wer() - i.offline_wer() > 15} for r in runs]
+        first = {i.id: i.stream_text for i in runs[0].items}
+        unlike = [sum(i.stream_text != first.get(i.id) for i in r.items) for r in runs[1:]]
+        wers = [r.wer for r in runs]
+        rows.append(f"| {setting(base)} | {', '.join(str(r.config.step_phase_ms) for r in runs)} "
+                    f"| {' / '.join(f'{w:.2f}' for w in wers)} | {statistics.mean(wers):.2f} "
+                    f"| {runs[0].offline_wer:.2f} "
+                    f"| {' / '.join(str(len(w)) for w in worse)} | {len(set.intersection(*worse))} "
+                    f"| {len(set.union(*worse))} | {' / '.join(str(u) for u in unlike)} of {len(runs[0].items)} |")
+    return rows
+
+
 def report(results: list[BenchResult], worst: int = 10) -> str:
-    """The tables: settings, health, per condition and worst items (per setting)."""
+    """The tables: settings, health, step phases (if several), per condition and worst items
+    (per setting)."""
     lines = [HEADER, *(r.row() for r in results), "", HEALTH_HEADER, *(r.health_row() for r in results)]
+    phases = phase_rows(results)
+    if phases:
+        lines += ["", "Step phases (the same setting, its steps falling elsewhere in the audio):", "", PHASE_HEADER,
+                  *phases]
     for r in results:
         c = r.config
-        lines += ["", f"Per condition, {c.chunk_ms}/{c.lookahead_ms}/{c.commit_margin_ms} "
+        lines += ["", f"Per condition, {setting(c)} "
                       "(an item counts in each of its conditions):", "", CONDITION_HEADER, *r.condition_rows()]
         if worst:
             lines += ["", f"Worst {worst} items (stream minus offline WER):", "", WORST_HEADER, *r.worst_rows(worst)]
@@ -392,7 +431,7 @@ def plot(results: list[BenchResult], path: str) -> None:
     ys = [r.wer for r in results]
     ax.plot(xs, ys, "o-", label="susurrus streaming")
     for r, x, y in zip(results, xs, ys):
-        ax.annotate(f"{r.config.chunk_ms}/{r.config.lookahead_ms}/{r.config.commit_margin_ms} ms", (x, y),
+        ax.annotate(f"{setting(r.config)} ms", (x, y),
                     textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.axhline(results[0].offline_wer, color="gray", ls="--", label="same model offline")
     ax.set_xlabel("mean word latency (s, audio time)")

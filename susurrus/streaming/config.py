@@ -31,6 +31,10 @@ UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # written
 @dataclass(frozen=True)
 class StreamConfig:
     chunk_ms: int = 640  # audio per step
+    # the first step is this much shorter, so steps end at k * chunk_ms - step_phase_ms of the
+    # audio. Where steps fall is arbitrary, and the text depends on it (the phase alone changes
+    # a third of the hard set's texts, docs/benchmarks.md): `susurrus bench --phases` averages it
+    step_phase_ms: int = 0
     # encoder frames kept provisional at the edge: re-encoded at every step, in both directions
     # with each other, so that a frame is final only once it has heard this much of what follows
     # (offline, Whisper hears it all: with 400 ms, hard speech lost 10 WER points to offline)
@@ -86,11 +90,19 @@ class StreamConfig:
         """The audio of one step (``chunk_ms``) in 16 kHz samples."""
         return self.chunk_ms * SAMPLE_RATE // 1000
 
+    @property
+    def phase_samples(self) -> int:
+        """How much shorter the first step is (``step_phase_ms``), in 16 kHz samples."""
+        return self.step_phase_ms * SAMPLE_RATE // 1000
+
     def __post_init__(self) -> None:
         if self.policy not in ("alignatt", "agreement"):
             raise ValueError(f"policy must be 'alignatt' or 'agreement', not {self.policy!r}")
         if not 20 <= self.chunk_ms <= 5000:
             raise ValueError(f"chunk_ms must be within 20..5000, not {self.chunk_ms}")
+        if not 0 <= self.step_phase_ms < self.chunk_ms:
+            raise ValueError(f"step_phase_ms must be within 0..{self.chunk_ms - 1} (less than chunk_ms), "
+                             f"not {self.step_phase_ms}")
         if not 0 <= self.lookahead_ms <= 5000:
             raise ValueError(f"lookahead_ms must be within 0..5000, not {self.lookahead_ms}")
         if not 0 <= self.silence_context_ms <= 5000:

@@ -143,6 +143,7 @@ class StreamSession(VoiceActivity):
         self.state = StreamState.fresh(self.net.dims.n_mels, self._silence,
                                        self._base_tokenizer.with_options(language or "en", self.config.task),
                                        language, self.config.turns, idle=self.config.vad)
+        self.state.feed.samples_at_last_step = -self.config.phase_samples  # the first step ends phase early
 
     # ------------------------------------------------------------------ public API
 

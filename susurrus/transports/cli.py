@@ -13,7 +13,7 @@ import functools
 import sys
 from pathlib import Path
 
-from susurrus.transports.cli_args import UsageError, float_range, int_range, language_arg
+from susurrus.transports.cli_args import UsageError, float_range, int_range, language_arg, ms_list
 from susurrus.transports.cli_serve import add_limit_args, cmd_client, cmd_serve, cmd_serve_ray
 from susurrus.transports.writers import WRITERS, format_timestamp, write_result
 
@@ -148,7 +148,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         configs = [stream_config(p or args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
                                  silence_context_ms=args.silence_context_ms,
                                  commit_margin_ms=args.commit_margin_ms, policy=args.policy,
-                                 first_commit_ms=args.first_commit_ms) for p in presets]
+                                 first_commit_ms=args.first_commit_ms, step_phase_ms=phase)
+                   for p in presets for phase in args.phases]
     except ValueError as e:
         print(f"susurrus bench: {e}", file=sys.stderr)
         return 2
@@ -303,6 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sweep", action="store_true", help="run the low, medium and high presets")
     b.add_argument("--presets", default=None, metavar="LIST",
                    help="run these presets, comma-separated (e.g. medium,high)")
+    b.add_argument("--phases", type=ms_list, default=[0], metavar="LIST",
+                   help="run each setting with its steps at these phases, comma-separated ms (e.g. 0,160,320,480: "
+                        "the first step that much shorter); where steps fall is arbitrary and moves the text, so "
+                        "a decision should hold over phases: a table gives the WER per phase and the items more "
+                        "than 15 points worse than offline at every phase and at some phase (default: 0)")
     b.add_argument("--offline-cache", default=None, metavar="FILE",
                    help="keep the offline transcriptions in this JSON file between runs")
     b.add_argument("--worst", type=int, default=10,

@@ -47,6 +47,15 @@ def float_range(low: float, high: float | None = None, *, low_open: bool = False
     return parse
 
 
+def ms_list(text: str) -> list[int]:
+    """An argparse ``type``: distinct non-negative milliseconds, comma-separated (``0,160,320``)."""
+    parse = int_range(0, 5000, " ms")
+    values = [parse(part.strip()) for part in text.split(",") if part.strip()]
+    if not values or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected distinct milliseconds, comma-separated, not {text!r}")
+    return values
+
+
 def origins_arg(text: str) -> tuple[str, ...] | None:
     """An argparse ``type``: ``--allowed-origins``, comma-separated origins or ``*``."""
     from susurrus.transports.access import parse_origins
