@@ -130,7 +130,7 @@ def test_step_phase_moves_the_step_grid_and_only_it(tiny, dev_item):
     """``step_phase_ms``: the first step that much shorter, every step then at k * chunk - phase;
     whatever the pieces, and refused outside 0..chunk-1."""
     audio = decode_audio(dev_item("ljspeech_LJ001-0002").audio)
-    times = {}
+    texts: dict[int, set[str]] = {}
     for phase in (0, 200):
         for piece in (1600, 4321):
             stream = tiny.stream(vad=False, step_phase_ms=phase)
@@ -141,8 +141,8 @@ def test_step_phase_moves_the_step_grid_and_only_it(tiny, dev_item):
                         if (k * 640 - phase) * 16 <= len(audio)]
             assert steps == expected, (phase, piece)
             stream.finish()
-            times.setdefault(phase, set()).add(stream.text)
-    assert all(len(texts) == 1 for texts in times.values())  # piece sizes never matter, phase or not
+            texts.setdefault(phase, set()).add(stream.text)
+    assert all(len(seen) == 1 for seen in texts.values())  # piece sizes never matter, phase or not
     for bad in (-1, 640, 1000):
         with pytest.raises(ValueError, match="step_phase_ms"):
             StreamConfig(step_phase_ms=bad)

@@ -198,10 +198,8 @@ class MultiHeadAttention(nn.Module):
         return x.to(self.dtype) if self.dtype is not None else x
 
     def project_kv(self, x: Tensor) -> KV:
-        if self.dtype is not None and isinstance(self.key, Bf16Linear) and self.key.bias is None:
-            k = self.key.product(x)  # kept in bfloat16: what rounding the float32 copy gives
-        else:
-            k = self.key(x)
+        # a bias-free bf16 key stays in bfloat16: the bits its float32 copy would round back to
+        k = self.key.product(x) if isinstance(self.key, Bf16Linear) and self.key.bias is None else self.key(x)
         v = self.value(x)
         if self.dtype is not None:
             k, v = k.to(self.dtype), v.to(self.dtype)

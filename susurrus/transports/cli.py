@@ -31,8 +31,9 @@ COMPUTE_TYPES = ["float32", "int8", "int8_encoder", "int8_decoder", "bf16_encode
 AUTO = "auto"  # susurrus.api.AUTO
 COMPUTE_TYPE_HELP = ("auto (default): bf16_encoder on a CPU with bfloat16 instructions (AVX512-BF16, AMX), float32 "
                      "elsewhere. float32: exact, every product as the checkpoint's. bf16_encoder: the encoder's "
-                     "linear layers and attention in bfloat16 (same text as float32 on all 49 English dev "
-                     "items streaming, 10-15%% less CPU; on a CPU without bf16 instructions emulated and slower). "
+                     "linear layers and attention in bfloat16 (tiny.en: the same text as float32 on all 49 English "
+                     "dev items streaming, base: on 48, for 10-18%% less CPU; on a CPU without bf16 instructions "
+                     "emulated and slower). "
                      "int8: the linear layers of the encoder's and the decoder's blocks on int8 weights; "
                      "int8_encoder and int8_decoder quantise one side only. Lossy: only int8_encoder on tiny.en "
                      "stayed within 0.2 WER points on the dev set; int8 cost base 3.3 points streaming "
