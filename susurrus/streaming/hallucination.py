@@ -137,21 +137,29 @@ def hallucination_verdict(text: str, speech_fraction: float | None = None, no_sp
     return Verdict(False, "")
 
 
-def opening_hallucinated(words: list[StreamWord], vad_state: VadState | None, threshold: float) -> bool:
+def opening_hallucinated(words: list[StreamWord], vad_state: VadState | None, threshold: float,
+                         read: tuple[float, float] | None = None) -> bool:
     """The guard against text without speech, for words that open a window (after a pause:
     where Whisper invents text): punctuation alone, "[Music]" or notes, words over audio the
     VAD (``vad_state``; None without one) calls mostly non-speech (under 20 % of the frames
     within 300 ms at ``threshold``), and the phrases Whisper invents over noise ("Thank you.",
     subtitle credits) over weak speech. Words inside a window are never judged: their times
     can be off by a few hundred ms at a pause, and real speech must not be dropped (the VAD
-    gating already keeps the decoder off non-speech)."""
+    gating already keeps the decoder off non-speech).
+
+    ``read``: the span (s) of the frames the words' tokens attended to when they were decoded.
+    Where the alignment is lost (unlikely tokens over speech the model reads badly), the words'
+    times collapse onto the window's first frames, its padding before the speech; the speech is
+    where they were read. The evidence of speech is the better of the two spans': words are
+    judged invented only when neither holds speech."""
     text = "".join(w.word for w in words)
     if not any(c.isalnum() for c in text):
         return True
     fraction = None
     if vad_state is not None:
-        fraction = speech_fraction(vad_state, words[0].start * 1000, words[-1].end * 1000,
-                                   threshold=threshold, pad_ms=300)
+        spans = [(words[0].start, words[-1].end)] + ([read] if read is not None else [])
+        found = [speech_fraction(vad_state, a * 1000, b * 1000, threshold=threshold, pad_ms=300) for a, b in spans]
+        fraction = max((f for f in found if f is not None), default=None)
     return hallucination_verdict(text, fraction).drop
 
 

@@ -21,6 +21,9 @@ from susurrus.streaming.config import FRAME_S, UNSPACED_LANGUAGES
 from susurrus.streaming.events import StreamWord
 from susurrus.streaming.state import WindowState
 
+# a word's length (0.5 s) past the frame its token read most: where the audio a decode read ends
+READ_PAST_FRAMES = 25
+
 
 def starts_word(piece: str, language: str | None) -> bool:
     """Whether a token whose text is ``piece`` starts a word (in a language written without
@@ -52,15 +55,41 @@ def token_frames(qk: torch.Tensor, f0: int, n_real: int) -> tuple[np.ndarray, np
     return first, last
 
 
+def aligned_span(qk: torch.Tensor, f0: int, n_real: int) -> tuple[list[int], int]:
+    """The tokens and frames a step's DTW aligns: the tokens read from the audio (at least half
+    their attention on its ``n_real`` frames), over frames ``f0`` up to :data:`READ_PAST_FRAMES`
+    past the last frame one of them read most, or past ``f0`` if that is later (the audio's edge
+    at most). A token read in the silence past
+    the audio (a closing full stop, a guess at the window's end) says nothing of where it lies:
+    in the DTW its attention, spread thin over the audio, would take the whole span from the
+    words before it, whose times then collapse onto ``f0``; and the audio after the last word
+    read would go to the words committed (no word ends past ``stop``)."""
+    attention = qk.float().mean(0)
+    peaks = attention.argmax(-1).tolist()
+    # (by its attention's mass, not its peak: a near-tie between two peaks, one past the audio,
+    # must not move the words, as the float rounding of a batched step may flip it)
+    kept = [t for t, inside in enumerate(attention[:, :n_real].sum(-1).tolist()) if inside >= 0.5]
+    read = [peaks[t] for t in kept if peaks[t] < n_real]
+    # (at least READ_PAST_FRAMES past ``f0``, so that the span does not jump with ``f0``)
+    stop = max(max(read) + 1, f0) + READ_PAST_FRAMES if read else n_real
+    return kept, max(min(stop, n_real), min(n_real, f0 + 2))
+
+
 def step_words(tok: Tokenizer, tokens: list[int], n_commit: int, probs: list[float], qk: torch.Tensor, n_real: int,
                win: WindowState, last_end: float | None, emitted: float) -> tuple[list[StreamWord], list[int]]:
     """Times of the first ``n_commit`` tokens' words (and, per word, the tokens up to its
     end), from a DTW over this step's tokens (the uncommitted ones absorb the audio after
-    them) from the last committed word's end to the audio edge, refined at pauses with the
+    them) from the last committed word's end to the audio they read (:func:`aligned_span`), refined at pauses with the
     window's energy as offline. No word starts before ``last_end`` (the last committed
     word's end, s) or before the one before it; ``emitted``: the words' ``emitted_at``."""
     f0 = max(0, min(win.committed_end_frame, n_real - 1))
-    first, last = token_frames(qk, f0, n_real)
+    kept, stop = aligned_span(qk, f0, n_real)
+    first, last = np.zeros(len(tokens), dtype=int), np.zeros(len(tokens), dtype=int)
+    if kept:
+        first[kept], last[kept] = token_frames(qk[:, kept], f0, stop)
+    for t in range(len(tokens)):  # a token read past the audio sits where the one before it ends
+        if t not in kept:
+            first[t] = last[t] = last[t - 1] if t else 0
     words, groups = tok.split_to_word_tokens(tokens)
     timings: list[WordTiming] = []
     k = 0
@@ -72,6 +101,10 @@ def step_words(tok: Tokenizer, tokens: list[int], n_commit: int, probs: list[flo
     merge_punctuations(timings)
     speech = speech_frames(win.mel, win.mel.shape[1])
     refine_with_energy(timings, speech)
+    read_end = stop * FRAME_S  # (a last word is snapped to the end of its run of speech: not past what was read)
+    for t in timings:
+        t.end = min(t.end, read_end)
+        t.start = min(t.start, t.end)
     offset = win.start_frame / 100.0
     out: list[StreamWord] = []
     ends: list[int] = []
@@ -96,3 +129,13 @@ def step_words(tok: Tokenizer, tokens: list[int], n_commit: int, probs: list[flo
 def end_frame(word: StreamWord, win: WindowState) -> int:
     """The window's encoder frame where ``word`` ends."""
     return int(round((word.end - win.start_frame / 100.0) / FRAME_S))
+
+
+def read_span(frames: list[int], n_real: int, win: WindowState) -> tuple[float, float] | None:
+    """The span (s of stream audio) of the encoder ``frames`` that tokens attended to, those
+    inside the window's ``n_real`` audio frames; None when there are none."""
+    inside = [f for f in frames if f < n_real]
+    if not inside:
+        return None
+    offset = win.start_frame / 100.0
+    return offset + min(inside) * FRAME_S, offset + (max(inside) + 1) * FRAME_S
