@@ -19,9 +19,10 @@ from susurrus.streaming.guards import (
     starts_over,
 )
 from susurrus.streaming.hallucination import heard, opening_hallucinated
+from susurrus.streaming.overdue import overdue_count
 from susurrus.streaming.state import WindowState, brief
 from susurrus.streaming.vad import FRAME_MS, VadState
-from susurrus.streaming.words import starts_word, token_frames
+from susurrus.streaming.words import aligned_span, starts_word, token_frames
 
 # a toy vocabulary: token id -> text, as a tokenizer would decode it
 VOCAB = {0: " ask", 1: " not", 2: " what", 3: "ever", 4: ".", 5: " Ask", 6: " your", 7: " country", 8: "!"}
@@ -119,6 +120,41 @@ def test_starting_over():
     assert starts_over(40, [], forced=-1, committed_end_frame=100, reread_frames=25, says_again=lambda: True)
 
 
+def test_an_overdue_step_commits_whole_words_read_before_the_margin():
+    cfg = StreamConfig(commit_margin_ms=500)  # 25 frames
+    piece = VOCAB.__getitem__
+    # " ask not what" read at frames 10, 100, 190 of 200: the last is inside the margin
+    assert overdue_count([0, 1, 2], [10, 100, 190], 200, cfg, starts, piece, 0) == 2
+    # " whatever": "ever" inside the margin holds " what" back (a word is committed whole)
+    assert overdue_count([0, 2, 3], [10, 100, 190], 200, cfg, starts, piece, 0) == 1
+    # a word's closing punctuation read in the silence after the audio goes with it ...
+    assert overdue_count([0, 1, 4], [10, 100, 1499], 200, cfg, starts, piece, 0) == 3
+    assert overdue_count([0, 1, 4, 2], [10, 100, 1499, 190], 200, cfg, starts, piece, 0) == 3
+    # ... but the decode's last word needs a word or its punctuation after it (it may go on)
+    assert overdue_count([0, 1], [10, 100], 200, cfg, starts, piece, 0) == 1
+    assert overdue_count([2, 3], [10, 30], 200, cfg, starts, piece, 0) == 0
+    # only words read forward through the audio after the last commit (at frame 60 here)
+    assert overdue_count([0, 1, 2, 6], [70, 100, 40, 120], 200, cfg, starts, piece, 60) == 2  # " what" read back
+    assert overdue_count([0, 1, 2, 6], [70, 100, 80, 120], 200, cfg, starts, piece, 60) == 3  # 0.4 s back: a glitch
+    assert overdue_count([0, 1], [10, 100], 200, cfg, starts, piece, 60) == 0  # read before it: a guess
+
+
+def test_word_times_leave_out_tokens_read_past_the_audio():
+    n_tok, n_real = 4, 150
+    qk = torch.full((2, n_tok, 1500), -5.0)
+    for t, peak in enumerate([20, 40, 60]):  # three words read at frames 20, 40, 60 ...
+        qk[:, t, peak:peak + 4] = 5.0
+    qk[:, 3, 1490:] = 5.0  # ... and a full stop read in the silence past the audio
+    qk[:, 3, :n_real] = -2.0  # (its attention spread thin over the audio: it took it all)
+    attention = qk.softmax(-1)
+    kept, stop = aligned_span(attention, 0, n_real)
+    assert kept == [0, 1, 2] and stop == 61 + 25  # up to half a second past the last frame read most (60)
+    first, last = token_frames(attention[:, kept], 0, stop)
+    assert all(first[t] <= 21 + 20 * t <= last[t] for t in range(3)) and last[2] < stop
+    first, last = token_frames(attention, 0, n_real)  # all four over the whole audio: the words collapse
+    assert last[1] < 21
+
+
 def test_token_frames_follow_a_diagonal_attention():
     n_tok, n_frames = 5, 60
     qk = torch.full((2, n_tok, n_frames), 0.01)
@@ -145,6 +181,18 @@ def test_hallucination_checks_read_the_vad():
     assert not opening_hallucinated([speech_word], vad, 0.15)
     assert opening_hallucinated([StreamWord(" ...", 0.2, 0.6, 1.0, 0.9)], None, 0.15)  # no words at all
     assert FRAME_MS == 32
+
+
+def test_opening_guard_keeps_words_read_from_speech_whatever_their_times():
+    # a window's first 1.2 s are its padding before speech: words whose alignment collapsed onto
+    # its first frames lie over non-speech, while their tokens were read from the speech at 1.5 s
+    vad = _vad([0.01] * 40 + [0.9] * 50)
+    collapsed = [StreamWord(" and", 0.0, 0.02, 3.4, 0.06), StreamWord(" the", 0.02, 0.02, 3.4, 0.06)]
+    assert opening_hallucinated(collapsed, vad, 0.15)  # by their times alone: dropped
+    assert not opening_hallucinated(collapsed, vad, 0.15, read=(1.5, 1.9))  # read from speech: kept
+    assert opening_hallucinated(collapsed, vad, 0.15, read=(0.1, 0.3))  # read from the padding too: dropped
+    thanks = [StreamWord(" Thank you.", 0.0, 0.4, 1.0, 0.5)]
+    assert opening_hallucinated(thanks, _vad([0.01] * 90), 0.15, read=(1.5, 1.9))  # no speech anywhere
 
 
 def test_state_prints_shapes_not_contents():

@@ -136,3 +136,24 @@ def test_a_decoder_that_lost_its_place_is_re_anchored_soon(tiny):
     delays = commit_delays(stream.words, offline_words, len(audio) / SR)
     assert max(delays) < 4.5, (stream.text, delays)  # 4.97 s before
     assert longest_repetition([w.word for w in stream.words]) <= 2
+
+
+@pytest.mark.parametrize("phase_ms", [160, 320])
+def test_an_overdue_stream_commits_what_it_has_read(tiny, phase_ms):
+    """Telephone-band digits ("1 0 0 0 1, 9 0 2 1 0, ..."): the stream reads "1,0001." and keeps
+    reading its full stop in the silence past the audio, so the number (a word until its
+    punctuation is settled) waited 4.8-5.0 s for its commit at these step phases, over the bar
+    of 3 s beyond the setting's own delay. An overdue step commits the words read before the
+    margin, their closing punctuation with them (overdue.py)."""
+    path = DATA / "hard" / "audio" / "sphinx4_10001-90210-01803_8khz.wav"
+    if not path.exists():
+        pytest.skip(f"real speech data absent: {path}")
+    audio = decode_audio(str(path))
+    offline_text, offline_words = _offline(tiny, audio)
+    stream = _stream(tiny, audio, step_phase_ms=phase_ms)
+    cfg = stream.config
+    bar = 3.0 + (cfg.chunk_ms + cfg.commit_margin_ms) / 1000
+    delays = commit_delays(stream.words, offline_words, len(audio) / SR)
+    assert max(delays) <= bar, (stream.text, delays)
+    errors, n = error_counts(offline_text, stream.text)
+    assert errors <= n // 2, (offline_text, stream.text)  # the digits, not something else

@@ -13,6 +13,7 @@ new audio a *step* runs:
 4. the commit policy (``commit``) decides which of its tokens are final. AlignAtt (default): a
    token is stable while the alignment heads attend at least ``commit_margin_ms`` before the
    audio edge; complete words among the stable tokens are committed, timed by ``words``.
+   A window that has committed nothing for too long commits what it has read (``overdue``).
    Committed text never changes.
 
 Voice activity (Silero VAD, ``vad``; the gate and turns: ``activity``) gates the compute: once no speech was heard for
@@ -33,7 +34,9 @@ detection) is a function of the audio fed so far, never of how it was cut into `
 frames are computed when a decision reads them, so the same audio gives the same words, times
 and events in pieces of any size (``tests/test_streaming_piece_sizes.py``).
 
-Everything that changes is one :class:`~susurrus.streaming.state.StreamState` (``state.py``);
+The window's prompt, decode and re-anchoring are in ``windowing.py``, the gate and turns in
+``activity.py`` (the session's two base classes). Everything that changes is one
+:class:`~susurrus.streaming.state.StreamState` (``state.py``);
 the settings and events are in ``config.py`` and ``events.py`` (and importable from here).
 """
 
@@ -46,11 +49,10 @@ import numpy as np
 import torch
 
 from susurrus.audio.features import SAMPLE_RATE
-from susurrus.decoding.decode import DecodingOptions, LogitRules
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, Whisper
 from susurrus.streaming.activity import VoiceActivity
-from susurrus.streaming.calls import CrossKV, Steps, drive
+from susurrus.streaming.calls import Steps, drive
 from susurrus.streaming.commit import has_letters, stable_count, word_boundary
 from susurrus.streaming.config import (
     DETECT_EARLIEST_S,
@@ -69,14 +71,14 @@ from susurrus.streaming.config import (
 from susurrus.streaming.encoder import EncoderState, encode_steps, encode_window
 from susurrus.streaming.events import Committed, Event, Interim, LanguageDetected, StepStats, StreamWord, TurnEnded
 from susurrus.streaming.frontend import push_audio, stream_samples
-from susurrus.streaming.greedy import decode_step
-from susurrus.streaming.guards import loop_span, reads_again, reads_past_audio, repeated_tail, word_key
+from susurrus.streaming.guards import loop_span, reads_past_audio, repeated_tail, word_key
 from susurrus.streaming.hallucination import heard, opening_hallucinated
-from susurrus.streaming.language import window_language
 from susurrus.streaming.opening import find_opening
+from susurrus.streaming.overdue import overdue_count
 from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv, state_attribute
 from susurrus.streaming.vad import FRAME_SAMPLES, SileroVad, finish_turn, load_vad, push_vad_steps
-from susurrus.streaming.words import end_frame, starts_word, step_words
+from susurrus.streaming.windowing import WindowDecoding
+from susurrus.streaming.words import end_frame, read_span, step_words
 
 __all__ = [  # what other modules import from here (the settings and events live in config.py, events.py)
     "DETECT_EARLIEST_S", "DETECT_SURE", "FRAME_S", "PRESETS", "RETRY_SPEECH_S", "SENTENCE_END", "SILENCE_LEVEL",
@@ -86,7 +88,7 @@ __all__ = [  # what other modules import from here (the settings and events live
 ]
 
 
-class StreamSession(VoiceActivity):
+class StreamSession(WindowDecoding, VoiceActivity):
     """Incremental transcription of one audio stream. Not thread-safe; one per stream.
 
     What is shared and never changes is kept here (the model, settings, VAD network, silence);
@@ -330,12 +332,27 @@ class StreamSession(VoiceActivity):
             n_commit = stable_count(tokens, frames, probs, n_real, cfg, not win.committed, win.last_hypothesis,
                                     self.tokenizer.decode, relaxed)
         n_commit = word_boundary(tokens, n_commit, final, self._starts_word, self.tokenizer.eot, following)
+        again = None
+        if not n_commit and not final and cfg.task == "transcribe" and self._overdue(n_real):
+            # committed nothing for too long: the words read before the margin go, however unsure;
+            # none: the window read again as offline reads it (overdue.py)
+            n_commit = overdue_count(tokens, frames, n_real, cfg, self._starts_word, self._piece,
+                                     win.committed_end_frame)
+            again = None if n_commit else (yield from self._read_again(n_real))
+            n_again = (overdue_count(again.tokens, again.frames, n_real, cfg, self._starts_word, self._piece,
+                                     win.committed_end_frame) if again else 0)
+            if n_again:  # (a reading that commits nothing leaves the step's own decode as it was)
+                tokens, frames, probs, qk, cache, following = (again.tokens, again.frames, again.probs, again.qk,
+                                                               again.cache, again.following)
+                n_commit = n_again
+            else:
+                again = None
         guard_vad = self.vad_state if self.vad is not None else None
         found = None  # the window's opening words the stream lost (opening.py), committed in front
         moved = not win.committed and bool(tokens) and bool(win.first_tokens - {tokens[0]})  # its opening moved
         if not win.committed and tokens:
             win.first_tokens.add(tokens[0])
-        if n_commit and moved and cfg.opening_check and cfg.task == "transcribe":
+        if n_commit and moved and again is None and cfg.opening_check and cfg.task == "transcribe":
             found = yield from find_opening(self.net, self.tokenizer, cfg, win, self.cross, self._prompt(), self._rules,
                                             self._starts_word, tokens, probs, qk, n_commit, n_real,
                                             self.mel_state.running_max, self._silence_frames, final, guard_vad)
@@ -367,7 +384,8 @@ class StreamSession(VoiceActivity):
                     self._reset_prompt |= final
             looped = span is not None
             if words and (looped or (cfg.hallucination_guard and alone
-                                     and opening_hallucinated(words, guard_vad, cfg.gate_threshold))):
+                                     and opening_hallucinated(words, guard_vad, cfg.gate_threshold,
+                                                              read_span(frames[:n_commit], n_real, win)))):
                 # refused: not kept as a decoder prefix either (it would steer the rest of the
                 # window); the window restarts after the refused words, where they were read
                 if not looped:
@@ -394,7 +412,8 @@ class StreamSession(VoiceActivity):
                         win.committed.pop()
                         self._open_punctuation = True
         # the prefix cache now covers prompt + committed tokens but the last
-        win.prefix = cache.rewind(len(self._prompt()) + len(win.committed) - 1, keep=True) if found is None else None
+        win.prefix = (cache.rewind(len(self._prompt()) + len(win.committed) - 1, keep=True)
+                      if found is None and again is None else None)
         win.last_hypothesis = tokens[n_commit:]
         # the decoder lost its place: the continuation reads the silence past the audio while
         # speech it has not read remains after the committed text (re-anchored without the
@@ -414,104 +433,3 @@ class StreamSession(VoiceActivity):
         if left >= RETRY_SPEECH_S:  # from RETRY_SPEECH_S after the last word: its end can be early by that much
             events.extend((yield from self._retry_end()))
         return events
-
-    def _drop_prompt(self) -> None:
-        """Decode the window from here on without the text so far as its prompt."""
-        self.previous = []
-        self.window.prefix, self.window.last_hypothesis, self._rules = None, [], None
-
-    def _retry_end(self) -> Steps[list[Event]]:
-        """A window's last decode stopped while speech remains after its last committed word
-        (the text so far led the decoder to end-of-text, or to read it again): decode that audio
-        once more as a window of its own after the committed words, the text so far as its
-        prompt, or without a prompt when nothing was committed in the window."""
-        win = self.window
-        if win.committed:
-            self._reanchor()
-        elif self.previous:
-            self._drop_prompt()
-        else:
-            return []
-        self._retrying = True
-        n_words = len(self.words)
-        try:
-            events = yield from self._step(final=True)
-        finally:
-            self._retrying = False
-        new = self.words[n_words:]
-        if new and reads_again([w.word for w in self.words[max(0, n_words - 8):n_words]], [w.word for w in new]):
-            # it read the committed words again (their end time was early): not new speech
-            self.words = self.words[:n_words]
-            self.dropped.extend(new)
-            events = [e for e in events if not isinstance(e, Committed)]
-        return events
-
-    def _detect_language(self, sure_only: bool = False) -> LanguageDetected | None:
-        """Pick the window's language (:func:`~susurrus.streaming.language.window_language`)."""
-        found = window_language(self.net, self._base_tokenizer, self.cross.kv, self.window.mel,
-                                self.mel_state.running_max, sure_only)
-        if found is None:
-            return None
-        self.language, probability = found
-        self.tokenizer = self._base_tokenizer.with_options(self.language, self.config.task)
-        self.window.prefix = None
-        self._rules = None
-        return LanguageDetected(self.language, round(probability, 4), self.audio_time)
-
-    def _update_cross(self, before: EncoderState, enc: EncoderState) -> Steps[None]:
-        start = before.finalized
-        parts = [enc.new_final, enc.provisional_out]  # frames from before.finalized on
-        if enc.silence_out is not None:
-            parts.append(enc.silence_out)
-        fresh = torch.cat(parts, dim=1)
-        self.cross.write(start, (yield CrossKV(fresh)))
-
-    def _prompt(self) -> list[int]:
-        tok = self.tokenizer
-        given = self._given_prompt
-        room = max(0, self.config.context_tokens - len(given))
-        context = given + (self.previous[-room:] if room and self.previous else [])
-        prompt = [tok.sot_prev, *context] if context else []
-        return prompt + tok.sot_sequence + [tok.no_timestamps]
-
-    def _decode(self, n_real: int, final: bool, relaxed: bool = False) -> Steps[tuple]:
-        """This step's decode (:func:`~susurrus.streaming.greedy.decode_step`) with the session's
-        prompt and logit rules, as a tuple of :class:`~susurrus.streaming.greedy.StepDecode`'s
-        fields but ``looped`` (which sets ``_decode_looped``)."""
-        prompt = self._prompt()
-        if self._rules is None or self._rules.sample_begin != len(prompt):
-            self._rules = LogitRules(self.tokenizer, DecodingOptions(without_timestamps=True), len(prompt),
-                                     self.net.dims.n_vocab)
-        out = yield from decode_step(self.net, self.tokenizer, self.config, self.window, self.cross.kv, prompt,
-                                     self._rules, self._starts_word, n_real, final, relaxed)
-        self._decode_looped = out.looped
-        return out.tokens, out.frames, out.probs, out.qk, out.cache, out.following
-
-    def _piece(self, token: int) -> str:
-        piece = self._pieces.get(token)
-        if piece is None:
-            piece = self._pieces[token] = self.tokenizer.decode([token])
-        return piece
-
-    def _starts_word(self, token: int) -> bool:
-        return starts_word(self._piece(token), self.language)
-
-    def _reanchor(self, at_end: bool = False) -> None:
-        """Start a new window at the end of the last committed word (or drop old audio when
-        nothing was committed), re-encoding only the tail. ``at_end``: everything is
-        committed; keep only ``resume_pad_ms`` of audio as the next window's left context."""
-        win = self.window
-        n_enc = win.mel.shape[1] // 2
-        cut = win.committed_end_frame
-        if at_end:
-            cut = max(0, n_enc - round(self.config.resume_pad_ms / 1000 / FRAME_S))
-        elif cut <= 0 or cut > n_enc:
-            cut = max(1, n_enc - round(5.0 / FRAME_S))
-        cut_mel = 2 * cut
-        self.previous.extend(win.committed)
-        self.previous = self.previous[-self.config.context_tokens * 2:]
-        if self._reset_prompt:  # after a loop or a stall
-            self.previous, self._reset_prompt = [], False
-        self.window = WindowState(start_frame=win.start_frame + cut_mel, mel=win.mel[:, cut_mel:].clone())
-        self.cross.restore(0)
-
