@@ -137,6 +137,9 @@ def test_an_overdue_step_commits_whole_words_read_before_the_margin():
     assert overdue_count([0, 1, 2, 6], [70, 100, 40, 120], 200, cfg, starts, piece, 60) == 2  # " what" read back
     assert overdue_count([0, 1, 2, 6], [70, 100, 80, 120], 200, cfg, starts, piece, 60) == 3  # 0.4 s back: a glitch
     assert overdue_count([0, 1], [10, 100], 200, cfg, starts, piece, 60) == 0  # read before it: a guess
+    # only what another reading of the audio also decoded (the last step's hypothesis)
+    assert overdue_count([0, 1, 2, 6], [10, 100, 150, 160], 200, cfg, starts, piece, 0, agreed=2) == 2
+    assert overdue_count([0, 1, 2, 6], [10, 100, 150, 160], 200, cfg, starts, piece, 0, agreed=0) == 0
 
 
 def test_word_times_leave_out_tokens_read_past_the_audio():

@@ -53,7 +53,7 @@ from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, Whisper
 from susurrus.streaming.activity import VoiceActivity
 from susurrus.streaming.calls import Steps, drive
-from susurrus.streaming.commit import has_letters, stable_count, word_boundary
+from susurrus.streaming.commit import common_prefix, has_letters, stable_count, word_boundary
 from susurrus.streaming.config import (
     DETECT_EARLIEST_S,
     DETECT_SURE,
@@ -334,13 +334,16 @@ class StreamSession(WindowDecoding, VoiceActivity):
         n_commit = word_boundary(tokens, n_commit, final, self._starts_word, self.tokenizer.eot, following)
         again = None
         if not n_commit and not final and cfg.task == "transcribe" and self._overdue(n_real):
-            # committed nothing for too long: the words read before the margin go, however unsure;
-            # none: the window read again as offline reads it (overdue.py)
+            # committed nothing for too long: the words read before the margin that the last step
+            # also decoded go, however unsure; none: the window read again as offline reads it (overdue.py)
             n_commit = overdue_count(tokens, frames, n_real, cfg, self._starts_word, self._piece,
-                                     win.committed_end_frame)
+                                     win.committed_end_frame, common_prefix(tokens, win.last_hypothesis))
             again = None if n_commit else (yield from self._read_again(n_real))
             n_again = (overdue_count(again.tokens, again.frames, n_real, cfg, self._starts_word, self._piece,
-                                     win.committed_end_frame) if again else 0)
+                                     win.committed_end_frame,
+                                     max(common_prefix(again.tokens, tokens),
+                                         common_prefix(again.tokens, win.last_hypothesis)))
+                       if again else 0)
             if n_again:  # (a reading that commits nothing leaves the step's own decode as it was)
                 tokens, frames, probs, qk, cache, following = (again.tokens, again.frames, again.probs, again.qk,
                                                                again.cache, again.following)
