@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
@@ -38,6 +39,8 @@ from susurrus.streaming.hallucination import opening_hallucinated
 from susurrus.streaming.state import CrossBuffer, WindowState
 from susurrus.streaming.vad import VadState
 from susurrus.streaming.words import step_words
+
+_T = TypeVar("_T")
 
 MAX_IN_FRONT = 8  # tokens in front of the stream's opening at most: a word or two, not a sentence
 
@@ -111,6 +114,28 @@ def read_in_front(net: Whisper, tok: Tokenizer, cross: list[KV], prompt: list[in
     return found
 
 
+
+def read_both_ways(net: Whisper, win: WindowState, cross: CrossBuffer, n_real: int, running_max: float,
+                   silence: int, final: bool, read: Callable[[list[KV]], Steps[_T]]) -> Steps[_T | None]:
+    """``read`` (a decoder's reading over cross-attention keys and values) over the window's
+    audio so far encoded again with every frame attending to every other, as offline Whisper
+    encodes it (with ``silence`` frames of its continuation after it, as each step has them), or
+    None when that encoding does not cover the step's ``n_real`` frames. The cross-attention
+    positions it writes are put back afterwards."""
+    enc = yield from encode_steps(net, EncoderState.empty(net), win.mel, None, final=final,
+                                  running_max=running_max, silence=silence)
+    if enc.frames != n_real:
+        return None
+    parts = [enc.outputs()] + ([enc.silence_out] if enc.silence_out is not None else [])  # every frame (0 on)
+    fresh = torch.cat(parts, dim=1)
+    saved = cross.save(0, max(fresh.shape[1], cross.real))
+    try:
+        cross.write(0, (yield CrossKV(fresh)))
+        return (yield from read(cross.kv))
+    finally:
+        cross.load(saved)
+
+
 def find_opening(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowState, cross: CrossBuffer,
                  prompt: list[int], rules: LogitRules, starts_word: Callable[[int], bool], tokens: list[int],
                  probs: list[float], qk: torch.Tensor, n_commit: int, n_real: int, running_max: float, silence: int,
@@ -122,18 +147,9 @@ def find_opening(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowSta
     cross-attention positions it writes are put back. With the hallucination guard on, words
     it calls invented (over audio the VAD ``vad`` calls non-speech, or a phrase Whisper
     invents) are not taken."""
-    enc = yield from encode_steps(net, EncoderState.empty(net), win.mel, None, final=final,
-                                  running_max=running_max, silence=silence)
-    if enc.frames != n_real:
-        return None
-    parts = [enc.outputs()] + ([enc.silence_out] if enc.silence_out is not None else [])  # every frame (0 on)
-    fresh = torch.cat(parts, dim=1)
-    saved = cross.save(0, max(fresh.shape[1], cross.real))
-    try:
-        cross.write(0, (yield CrossKV(fresh)))
-        found = yield from read_in_front(net, tok, cross.kv, prompt, rules, starts_word, tokens[:n_commit])
-    finally:
-        cross.load(saved)
+    found = yield from read_both_ways(net, win, cross, n_real, running_max, silence, final,
+                                      lambda kv: read_in_front(net, tok, kv, prompt, rules, starts_word,
+                                                               tokens[:n_commit]))
     if found is None or not cfg.hallucination_guard or vad is None:
         return found
     joined = found.tokens + tokens[:n_commit]

@@ -31,16 +31,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-import torch
-
 from susurrus.decoding.decode import LogitRules
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import Whisper
-from susurrus.streaming.calls import CrossKV, Steps
+from susurrus.streaming.calls import Steps
 from susurrus.streaming.commit import has_letters
 from susurrus.streaming.config import FRAME_S, StreamConfig
-from susurrus.streaming.encoder import EncoderState, encode_steps
 from susurrus.streaming.greedy import StepDecode, decode_step
+from susurrus.streaming.opening import read_both_ways
 from susurrus.streaming.state import CrossBuffer, WindowState
 
 # a word waits ~chunk + margin for its commit (a step's audio, then the margin); the bench's health
@@ -93,18 +91,7 @@ def read_again(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowState
     prompt and the committed tokens, as a step decodes (``relaxed``: tokens near the edge do not
     stop it), or None when the encoding does not cover the step's ``n_real`` frames. The
     cross-attention positions it writes are put back; the decode's cache is not kept."""
-    enc = yield from encode_steps(net, EncoderState.empty(net), win.mel, None, final=False,
-                                  running_max=running_max, silence=silence)
-    if enc.frames != n_real:
-        return None
-    parts = [enc.outputs()] + ([enc.silence_out] if enc.silence_out is not None else [])
-    fresh = torch.cat(parts, dim=1)
-    saved = cross.save(0, max(fresh.shape[1], cross.real))
     scratch = dataclasses.replace(win, prefix=None, last_hypothesis=[])
-    try:
-        cross.write(0, (yield CrossKV(fresh)))
-        out = yield from decode_step(net, tok, cfg, scratch, cross.kv, prompt, rules, starts_word, n_real,
-                                     final=False, relaxed=True)
-    finally:
-        cross.load(saved)
-    return out
+    return (yield from read_both_ways(net, win, cross, n_real, running_max, silence, False,
+                                      lambda kv: decode_step(net, tok, cfg, scratch, kv, prompt, rules, starts_word,
+                                                             n_real, final=False, relaxed=True)))
