@@ -236,7 +236,9 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
 
             sampler = asyncio.create_task(sample())
             start_at = time.perf_counter() + 0.5
-            await asyncio.gather(*(run_client(url, r, start_at) for r in results))
+            # --stagger-s: clients start at random times, as users connect (the same times every run)
+            late = np.random.default_rng(0).uniform(0.0, args.stagger_s, len(results))
+            await asyncio.gather(*(run_client(url, r, start_at + d) for r, d in zip(results, late)))
             sampler.cancel()
 
         asyncio.run(everyone())
@@ -287,6 +289,9 @@ def main() -> int:
     ap.add_argument("--windows", default="0",
                     help="the batched server's --batch-window-ms, several comma-separated: each count with each "
                          "(default: %(default)s)")
+    ap.add_argument("--stagger-s", type=float, default=0.0,
+                    help="client k starts a random 0 to this many seconds late (the same draws every run), as "
+                         "users connect at their own times; 0: all at once (default: %(default)s)")
     ap.add_argument("--grids", default="0",
                     help="the batched server's --step-grid-ms, several comma-separated: each count with each "
                          "(default: %(default)s)")
@@ -336,7 +341,8 @@ def summary(model, results: list[Result], run: dict) -> dict:
 def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tuple[bool, float, float]]) -> None:
     print(f"\n{args.model} ({model.compute_type}), concurrent sessions at real-time pace, 24 kHz PCM16 in 100 ms "
           "appends, each client "
-          f"{'one file' if not args.seconds else f'{args.seconds:.0f}+ s of dev recordings back to back'}; server: "
+          f"{'one file' if not args.seconds else f'{args.seconds:.0f}+ s of dev recordings back to back'}"
+          f"{f', starting 0-{args.stagger_s:g} s apart' if args.stagger_s else ', starting together'}; server: "
           f"{args.workers} worker processes, {args.threads} torch thread(s) each, {os.cpu_count()} cores\n")
     print("| engine | clients | wall latency mean / p90 s | sessions' own means min–max s | 1st / 2nd half s | "
           "worst growth s | same text as model.stream | WER vs ref % | WER vs model.stream % | commit → completed "
