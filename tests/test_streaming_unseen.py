@@ -157,3 +157,22 @@ def test_an_overdue_stream_commits_what_it_has_read(tiny, phase_ms):
     assert max(delays) <= bar, (stream.text, delays)
     errors, n = error_counts(offline_text, stream.text)
     assert errors <= n // 2, (offline_text, stream.text)  # the digits, not something else
+
+
+def test_a_word_read_after_a_pause_is_not_timed_onto_committed_speech(tiny):
+    """Non-native speech, step phase 320 ms: "B." (read 7.4 s into the audio, after a pause) was
+    timed 5.29-5.29 s, the end of the word committed before it: the energy refinement moved it
+    onto the speech before its span, which the committed words had already claimed, and the
+    clamp to the last committed end collapsed it. The next commit's delay was then counted from
+    there, 4.26 s, over the bar. The committed words' audio is now theirs."""
+    path = DATA / "hard" / "audio" / "speechocean762_055470040.wav"
+    if not path.exists():
+        pytest.skip(f"real speech data absent: {path}")
+    audio = decode_audio(str(path))
+    _, offline_words = _offline(tiny, audio)
+    stream = _stream(tiny, audio, step_phase_ms=320)
+    cfg = stream.config
+    bar = 3.0 + (cfg.chunk_ms + cfg.commit_margin_ms) / 1000
+    assert max(commit_delays(stream.words, offline_words, len(audio) / SR)) <= bar, stream.text
+    collapsed = [w for w in stream.words[1:] if w.end - w.start < 0.02 and any(c.isalnum() for c in w.word)]
+    assert not collapsed, [(w.word, w.start, w.end) for w in stream.words]

@@ -46,3 +46,15 @@ def test_continuous_speech_is_left_alone():
     words = [_w(" a", 0.1, 0.5), _w(" b", 0.5, 0.9)]
     refine_with_energy(words, speech)
     assert [(w.start, w.end) for w in words] == [(0.1, 0.5), (0.5, 0.9)]
+
+
+def test_no_word_moves_onto_speech_that_earlier_words_claimed():
+    # a stream's step times only its new words: the speech before the last committed word's end
+    # (1.9 s) is that word's, however silent the new word's own span
+    speech = _mask([(0.0, 1.0), (1.5, 1.9), (2.6, 3.2)])
+    words = [_w(" now", 2.1, 2.3), _w(" as", 2.6, 3.2)]
+    refine_with_energy(words, speech)
+    assert abs(words[0].start - 1.5) < 0.02  # unclaimed, the speech before it is taken
+    words = [_w(" now", 2.1, 2.3), _w(" as", 2.6, 3.2)]
+    refine_with_energy(words, speech, claimed=1.9)
+    assert words[0].start >= 1.9 and words[0].end >= 2.1

@@ -180,7 +180,7 @@ def speech_frames(mel: torch.Tensor, num_frames: int) -> np.ndarray:
 
 
 def refine_with_energy(alignment: list[WordTiming], speech: np.ndarray, min_pause: int = 8,
-                       max_stray: int = 12) -> None:
+                       max_stray: int = 12, claimed: float = 0.0) -> None:
     """Fix the two ways attention-based word times go wrong at pauses.
 
     * A word that lies mostly in silence, with unclaimed speech between it and the previous
@@ -188,12 +188,13 @@ def refine_with_energy(alignment: list[WordTiming], speech: np.ndarray, min_paus
     * A word that starts (ends) with a pause of at least ``min_pause`` frames, before which
       (after which) lie at most ``max_stray`` frames of sound (the neighbour's tail), has the
       pause trimmed off: the first word after a pause tends to absorb it.
-    Times are in seconds from the window start; ``speech`` is per 10 ms frame."""
+    Times are in seconds from the window start; ``speech`` is per 10 ms frame; the audio before
+    ``claimed`` (s) belongs to earlier words (a stream's committed ones): no word moves into it."""
     fps = 100
     n = len(speech)
     if n == 0 or speech.all():
         return
-    prev_end = 0.0
+    prev_end = claimed
     for w in alignment:
         if not w.word:
             continue
@@ -224,13 +225,14 @@ def refine_with_energy(alignment: list[WordTiming], speech: np.ndarray, min_paus
                 break
         w.start, w.end = float(w.start), float(max(w.end, w.start))
         prev_end = w.end
-    _snap_to_speech_runs([w for w in alignment if w.word], speech, fps)
+    _snap_to_speech_runs([w for w in alignment if w.word], speech, fps, claimed=int(round(claimed * fps)))
 
 
-def _snap_to_speech_runs(words: list[WordTiming], speech: np.ndarray, fps: int, max_shift: int = 50) -> None:
+def _snap_to_speech_runs(words: list[WordTiming], speech: np.ndarray, fps: int, max_shift: int = 50,
+                         claimed: int = 0) -> None:
     """After a pause, attention marks a word's start late (and before one, its end early):
     extend a word edge that lies inside a speech run to that run's edge, when no neighbouring
-    word claims the frames in between."""
+    word (nor an earlier one, before frame ``claimed``) claims the frames in between."""
     runs = _runs(speech)
     if not runs:
         return
@@ -238,7 +240,7 @@ def _snap_to_speech_runs(words: list[WordTiming], speech: np.ndarray, fps: int, 
     offsets = np.array([hi for _, hi in runs])
     for k, w in enumerate(words):
         a, b = int(round(w.start * fps)), int(round(w.end * fps))
-        prev_end = int(round(words[k - 1].end * fps)) if k else 0
+        prev_end = int(round(words[k - 1].end * fps)) if k else claimed
         next_start = int(round(words[k + 1].start * fps)) if k + 1 < len(words) else len(speech)
         r = np.searchsorted(onsets, a, side="right") - 1  # the run containing frame a
         if r >= 0 and offsets[r] > a and prev_end <= onsets[r] < a and a - onsets[r] <= max_shift:

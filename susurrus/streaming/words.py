@@ -100,7 +100,7 @@ def step_words(tok: Tokenizer, tokens: list[int], n_commit: int, probs: list[flo
                                   float(np.mean(probs[a:b]))))
     merge_punctuations(timings)
     speech = speech_frames(win.mel, win.mel.shape[1])
-    refine_with_energy(timings, speech)
+    refine_with_energy(timings, speech, claimed=f0 * FRAME_S)  # the committed words' audio is theirs
     read_end = stop * FRAME_S  # (a last word is snapped to the end of its run of speech: not past what was read)
     for t in timings:
         t.end = min(t.end, read_end)
