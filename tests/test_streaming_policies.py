@@ -133,6 +133,10 @@ def test_an_overdue_step_commits_whole_words_read_before_the_margin():
     # ... but the decode's last word needs a word or its punctuation after it (it may go on)
     assert overdue_count([0, 1], [10, 100], 200, cfg, starts, piece, 0) == 1
     assert overdue_count([2, 3], [10, 30], 200, cfg, starts, piece, 0) == 0
+    # ... or the decoder's end-of-text after it: then it is whole, read before the margin
+    assert overdue_count([0, 1], [10, 100], 200, cfg, starts, piece, 0, ended=True) == 2
+    assert overdue_count([2, 3], [10, 30], 200, cfg, starts, piece, 0, ended=True) == 2
+    assert overdue_count([0, 1], [10, 190], 200, cfg, starts, piece, 0, ended=True) == 1  # " not" at the edge
     # only words read forward through the audio after the last commit (at frame 60 here)
     assert overdue_count([0, 1, 2, 6], [70, 100, 40, 120], 200, cfg, starts, piece, 60) == 2  # " what" read back
     assert overdue_count([0, 1, 2, 6], [70, 100, 80, 120], 200, cfg, starts, piece, 60) == 3  # 0.4 s back: a glitch

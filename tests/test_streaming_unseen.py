@@ -176,3 +176,21 @@ def test_a_word_read_after_a_pause_is_not_timed_onto_committed_speech(tiny):
     assert max(commit_delays(stream.words, offline_words, len(audio) / SR)) <= bar, stream.text
     collapsed = [w for w in stream.words[1:] if w.end - w.start < 0.02 and any(c.isalnum() for c in w.word)]
     assert not collapsed, [(w.word, w.start, w.end) for w in stream.words]
+
+
+def test_an_overdue_decode_that_ended_after_a_word_commits_it(tiny):
+    """Non-native speech the model reads badly, step phase 160 ms: both readings of the overdue
+    window agreed on " smell", read 0.6 s before the audio's edge, and the decoder said
+    end-of-text after it, but a decode's last word waited for a word or punctuation after it
+    (it might go on), so nothing was committed for 4.8 s, over the bar. The decoder's own end
+    of text says the word is whole."""
+    path = DATA / "hard" / "audio" / "speechocean762_096230001.wav"
+    if not path.exists():
+        pytest.skip(f"real speech data absent: {path}")
+    audio = decode_audio(str(path))
+    _, offline_words = _offline(tiny, audio)
+    stream = _stream(tiny, audio, step_phase_ms=160)
+    cfg = stream.config
+    bar = 3.0 + (cfg.chunk_ms + cfg.commit_margin_ms) / 1000
+    assert max(commit_delays(stream.words, offline_words, len(audio) / SR)) <= bar, stream.text
+    assert longest_repetition([w.word for w in stream.words]) <= 2

@@ -13,7 +13,8 @@ setting's own commit delay, a step's audio and the margin, plus :data:`OVERDUE_A
 at least :data:`MIN_SPEECH_S` of speech in it, a step that would commit nothing commits the
 whole words that it and the last step both decoded and that it read before the commit margin,
 going forward through the audio, however unlikely (:func:`overdue_count`; a word's trailing
-punctuation does not hold it back). The agreement of two readings stays: committing whatever
+punctuation does not hold it back, and a decode's last word is whole when the decoder said
+end-of-text after it). The agreement of two readings stays: committing whatever
 one step guessed cost the adult accented speech of the hard set up to 1.5 WER points (guesses the
 next steps would have replaced). When that is nothing, the step decodes again over the window's
 audio encoded as offline Whisper encodes it, every frame attending to every other (with the
@@ -57,7 +58,7 @@ def overdue_s(cfg: StreamConfig) -> float:
 
 def overdue_count(tokens: list[int], frames: list[int], n_real: int, cfg: StreamConfig,
                   starts_word: Callable[[int], bool], piece: Callable[[int], str], committed_end: int,
-                  agreed: int | None = None) -> int:
+                  agreed: int | None = None, ended: bool = False) -> int:
     """How many of a decode's ``tokens`` an overdue step commits: those, from the first, that
     attended at least the commit margin before the audio's edge (``n_real`` frames), however
     likely, as long as they go forward through the audio after the last committed word (which
@@ -66,7 +67,9 @@ def overdue_count(tokens: list[int], frames: list[int], n_real: int, cfg: Stream
     often the window's first frames). Cut back to whole words; a word's closing punctuation
     (often read at the edge, or in the silence after it) goes with it when a new word or the
     decode's end follows. Only the first ``agreed`` tokens may go: what another reading of the
-    same audio (the last step's, or the step's own beside a reading again) also decoded."""
+    same audio (the last step's, or the step's own beside a reading again) also decoded.
+    ``ended``: the decoder said end-of-text after the decode's last token, so its last word is
+    whole too (it was read before the margin: not a word cut by the audio's edge)."""
     limit = len(tokens) if agreed is None else agreed
     edge = n_real - round(cfg.commit_margin_ms / 1000 / FRAME_S)
     floor = committed_end
@@ -78,7 +81,7 @@ def overdue_count(tokens: list[int], frames: list[int], n_real: int, cfg: Stream
         end = n
         while end < len(tokens) and not has_letters(piece(tokens[end])):
             end += 1  # the word's closing punctuation goes with it
-        if (end > n and end == len(tokens)) or (end < len(tokens) and starts_word(tokens[end])):
+        if (end == len(tokens) and (end > n or ended)) or (end < len(tokens) and starts_word(tokens[end])):
             return end
         n -= 1
     return 0

@@ -336,13 +336,15 @@ class StreamSession(WindowDecoding, VoiceActivity):
         if not n_commit and not final and cfg.task == "transcribe" and self._overdue(n_real):
             # committed nothing for too long: the words read before the margin that the last step
             # also decoded go, however unsure; none: the window read again as offline reads it (overdue.py)
+            eot = self.tokenizer.eot
             n_commit = overdue_count(tokens, frames, n_real, cfg, self._starts_word, self._piece,
-                                     win.committed_end_frame, common_prefix(tokens, win.last_hypothesis))
+                                     win.committed_end_frame, common_prefix(tokens, win.last_hypothesis),
+                                     following == eot)
             again = None if n_commit else (yield from self._read_again(n_real))
             n_again = (overdue_count(again.tokens, again.frames, n_real, cfg, self._starts_word, self._piece,
                                      win.committed_end_frame,
                                      max(common_prefix(again.tokens, tokens),
-                                         common_prefix(again.tokens, win.last_hypothesis)))
+                                         common_prefix(again.tokens, win.last_hypothesis)), again.following == eot)
                        if again else 0)
             if n_again:  # (a reading that commits nothing leaves the step's own decode as it was)
                 tokens, frames, probs, qk, cache, following = (again.tokens, again.frames, again.probs, again.qk,
