@@ -30,6 +30,20 @@ def _offline(model, audio):
     return " ".join(s.text.strip() for s in segments), [w for s in segments for w in s.words]
 
 
+def _longest_wait(model, name: str, phase_ms: int):
+    """A hard item streamed at ``phase_ms``: the stream, the offline text, the longest commit
+    delay over the offline words, and its bar (3 s beyond the setting's own delay)."""
+    path = DATA / "hard" / "audio" / f"{name}.wav"
+    if not path.exists():
+        pytest.skip(f"real speech data absent: {path}")
+    audio = decode_audio(str(path))
+    offline_text, offline_words = _offline(model, audio)
+    stream = _stream(model, audio, step_phase_ms=phase_ms)
+    cfg = stream.config
+    bar = 3.0 + (cfg.chunk_ms + cfg.commit_margin_ms) / 1000
+    return stream, offline_text, max(commit_delays(stream.words, offline_words, len(audio) / SR)), bar
+
+
 def test_repeats_thrice_sees_loops_across_commits():
     assert repeats_thrice([" 1,", " 0,", " 1,", " 0,", " 0,"], [" 0,"])
     assert repeats_thrice([" Thank", " you."], [" Thank you.", " thank", " you"]) is False  # words differ
@@ -145,16 +159,8 @@ def test_an_overdue_stream_commits_what_it_has_read(tiny, phase_ms):
     punctuation is settled) waited 4.8-5.0 s for its commit at these step phases, over the bar
     of 3 s beyond the setting's own delay. An overdue step commits the words read before the
     margin, their closing punctuation with them (overdue.py)."""
-    path = DATA / "hard" / "audio" / "sphinx4_10001-90210-01803_8khz.wav"
-    if not path.exists():
-        pytest.skip(f"real speech data absent: {path}")
-    audio = decode_audio(str(path))
-    offline_text, offline_words = _offline(tiny, audio)
-    stream = _stream(tiny, audio, step_phase_ms=phase_ms)
-    cfg = stream.config
-    bar = 3.0 + (cfg.chunk_ms + cfg.commit_margin_ms) / 1000
-    delays = commit_delays(stream.words, offline_words, len(audio) / SR)
-    assert max(delays) <= bar, (stream.text, delays)
+    stream, offline_text, wait, bar = _longest_wait(tiny, "sphinx4_10001-90210-01803_8khz", phase_ms)
+    assert wait <= bar, (stream.text, wait)
     errors, n = error_counts(offline_text, stream.text)
     assert errors <= n // 2, (offline_text, stream.text)  # the digits, not something else
 
@@ -165,15 +171,8 @@ def test_a_word_read_after_a_pause_is_not_timed_onto_committed_speech(tiny):
     onto the speech before its span, which the committed words had already claimed, and the
     clamp to the last committed end collapsed it. The next commit's delay was then counted from
     there, 4.26 s, over the bar. The committed words' audio is now theirs."""
-    path = DATA / "hard" / "audio" / "speechocean762_055470040.wav"
-    if not path.exists():
-        pytest.skip(f"real speech data absent: {path}")
-    audio = decode_audio(str(path))
-    _, offline_words = _offline(tiny, audio)
-    stream = _stream(tiny, audio, step_phase_ms=320)
-    cfg = stream.config
-    bar = 3.0 + (cfg.chunk_ms + cfg.commit_margin_ms) / 1000
-    assert max(commit_delays(stream.words, offline_words, len(audio) / SR)) <= bar, stream.text
+    stream, _, wait, bar = _longest_wait(tiny, "speechocean762_055470040", 320)
+    assert wait <= bar, (stream.text, wait)
     collapsed = [w for w in stream.words[1:] if w.end - w.start < 0.02 and any(c.isalnum() for c in w.word)]
     assert not collapsed, [(w.word, w.start, w.end) for w in stream.words]
 
@@ -184,13 +183,6 @@ def test_an_overdue_decode_that_ended_after_a_word_commits_it(tiny):
     end-of-text after it, but a decode's last word waited for a word or punctuation after it
     (it might go on), so nothing was committed for 4.8 s, over the bar. The decoder's own end
     of text says the word is whole."""
-    path = DATA / "hard" / "audio" / "speechocean762_096230001.wav"
-    if not path.exists():
-        pytest.skip(f"real speech data absent: {path}")
-    audio = decode_audio(str(path))
-    _, offline_words = _offline(tiny, audio)
-    stream = _stream(tiny, audio, step_phase_ms=160)
-    cfg = stream.config
-    bar = 3.0 + (cfg.chunk_ms + cfg.commit_margin_ms) / 1000
-    assert max(commit_delays(stream.words, offline_words, len(audio) / SR)) <= bar, stream.text
+    stream, _, wait, bar = _longest_wait(tiny, "speechocean762_096230001", 160)
+    assert wait <= bar, (stream.text, wait)
     assert longest_repetition([w.word for w in stream.words]) <= 2
