@@ -17,6 +17,7 @@ from susurrus.streaming.guards import (
     repeats_third_time,
     says_again,
     starts_over,
+    stuck_from,
 )
 from susurrus.streaming.hallucination import heard, opening_hallucinated
 from susurrus.streaming.overdue import overdue_count
@@ -88,10 +89,21 @@ def test_repetition_guards():
     assert repeats_third_time([5, 1, 2, 1, 2, 1, 2])
     assert not repeats_third_time([5, 1, 2, 1, 2])
     assert repeats_third_time([7, 7, 7], longest=1) and not repeats_third_time([7, 8, 7, 8, 7, 8], longest=1)
+    sentence = list(range(100, 114))  # a 14-token sentence (base said one 13 times, French)
+    assert repeats_third_time([5] + sentence * 3)
+    assert not repeats_third_time([5] + sentence * 2 + sentence[:-1])
+    assert not repeats_third_time([5] + sentence * 3, longest=12)  # the bound it had before
     words = " in being comparatively modern, in being comparatively modern.".split(" ")[1:]
     assert repeated_tail(words, 4) == 4
     assert repeated_tail(words, 3) == 0  # only the last 3 words may go: not a whole phrase
     assert repeated_tail(["no,", "no"], 2) == 0  # shorter than 3 words: speech
+
+
+def test_words_read_without_the_attention_moving():
+    assert stuck_from([10, 30, 132, 132, 132, 132, 132, 133, 134, 132]) == 2  # the run starts at its 3rd word
+    assert stuck_from([132] * 7) is None  # seven: under the bar
+    assert stuck_from([10, 15, 20, 25, 30, 35, 40, 45]) is None  # words 5 frames apart: speech
+    assert stuck_from([163, 163, 164, 165, 170, 190, 191, 192]) is None  # tiny.en's densest real run
 
 
 def test_reading_again():

@@ -3,7 +3,7 @@
 These need no reference transcript: they compare a stream with the same model's offline
 transcription of the same audio, so unlabelled recordings can be checked too.
 
-* :func:`longest_repetition` — the most times a phrase (1..``longest`` words) is committed
+* :func:`longest_repetition` — the most times a phrase (up to a long sentence) is committed
   back to back ("1 1 1 1" is 4; a decoding loop).
 * :func:`commit_delays` — for each word the offline model heard, how long after its end the
   stream first committed a word reaching that point of the audio: a stall shows as a long delay,
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from susurrus.evaluation.metrics import error_counts
-from susurrus.streaming.session import word_key
+from susurrus.streaming.guards import LOOP_WORDS, word_key
 
 
 class TimedWord(Protocol):
@@ -28,20 +28,19 @@ class TimedWord(Protocol):
     end: float
 
 
-def longest_repetition(words: Sequence[str], longest: int = 8) -> int:
+def longest_repetition(words: Sequence[str], longest: int = LOOP_WORDS) -> int:
     """How many times in a row the most repeated phrase of 1..``longest`` words occurs
     (1 when nothing repeats). Words are compared without case and punctuation (not with
-    Whisper's normaliser, which joins spoken digits: "1 1 1" would become one number)."""
+    Whisper's normaliser, which joins spoken digits: "1 1 1" would become one number).
+    Linear in the words per phrase length: a phrase of n words said k times in a row is a run
+    of (k - 1) n positions where a word equals the word n after it."""
     tokens = [t for t in map(word_key, " ".join(words).split()) if t]
     best = 1 if tokens else 0
-    for n in range(1, longest + 1):
-        for start in range(len(tokens) - n):
-            count = 1
-            i = start + n
-            while i + n <= len(tokens) and tokens[i:i + n] == tokens[start:start + n]:
-                count += 1
-                i += n
-            best = max(best, count)
+    for n in range(1, min(longest, len(tokens) // 2) + 1):
+        run = 0
+        for i in range(len(tokens) - n):
+            run = run + 1 if tokens[i] == tokens[i + n] else 0
+            best = max(best, run // n + 1)
     return best
 
 

@@ -15,7 +15,14 @@ from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import KV, DecoderCache, TextDecoder, Whisper
 from susurrus.streaming.calls import DecodeTokens, Steps
 from susurrus.streaming.config import FRAME_S, StreamConfig
-from susurrus.streaming.guards import eot_too_early, repeats_third_time, says_again, speech_mask, starts_over
+from susurrus.streaming.guards import (
+    eot_too_early,
+    repeats_third_time,
+    says_again,
+    speech_mask,
+    starts_over,
+    stuck_from,
+)
 from susurrus.streaming.state import WindowState
 
 
@@ -90,6 +97,7 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
     aligned = cfg.task == "transcribe"
     following = None  # the token predicted after the last one kept (it tells if a word ended)
     looped = False
+    word_at: list[int] = []  # the indices in ``tokens`` of the tokens that start words
     i = 0  # position in the current hidden/qk that predicts the next token
     while len(tokens) < limit:
         row = scored(dec, rules, hidden, approx, i, seq)
@@ -120,6 +128,15 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
         if repeats_third_time(seq + [nxt]):
             looped = True
             break  # a phrase about to be said a third time in a row: a decoding loop
+        if aligned and starts_word(nxt):
+            word_at.append(len(tokens))
+            stuck = stuck_from([*(frames[k] for k in word_at[:-1]), frame])
+            if stuck is not None:  # words recited without the attention moving: not the audio's
+                cut = word_at[stuck]
+                following = tokens[cut] if cut < len(tokens) else nxt
+                del tokens[cut:], probs[cut:], attns[cut:], frames[cut:]
+                looped = True
+                break
         if aligned and not relaxed and starts_word(nxt) and starts_over(
                 frame, frames, forced, win.committed_end_frame, cfg.reread_frames,
                 lambda: says_again(tok.decode([nxt]), tok.decode(win.committed))):  # noqa: B023 (called here)

@@ -48,12 +48,39 @@ def says_again(piece: str, committed_text: str) -> bool:
     return bool(piece) and any(w.strip(".,;:!?\"'").startswith(piece) for w in committed)
 
 
-def repeats_third_time(seq: list[int], longest: int = 12) -> bool:
-    """Whether ``seq`` ends with some 1..longest-token phrase three times back to back."""
-    for n in range(1, longest + 1):
-        if len(seq) >= 3 * n and seq[-n:] == seq[-2 * n:-n] == seq[-3 * n:-2 * n]:
+def repeats_third_time(seq: list[int], longest: int | None = None) -> bool:
+    """Whether ``seq`` ends with some phrase of 1..``longest`` tokens (default: any length)
+    three times back to back. A looped sentence is as much a loop as a looped word: Whisper
+    repeats whole sentences ("C'est un peu plus important que l'on a fait." thirteen times, base,
+    French), so the phrase is not bounded by a guess of how long a loop can be."""
+    last = len(seq) - 1
+    bound = len(seq) // 3 if longest is None else min(longest, len(seq) // 3)
+    for n in range(1, bound + 1):
+        # cheap filter first: the phrase's last token at the same place in all three sayings
+        if seq[last - n] == seq[last] == seq[last - 2 * n] and seq[-n:] == seq[-2 * n:-n] == seq[-3 * n:-2 * n]:
             return True
     return False
+
+
+# Words read without the attention moving. Whisper's alignment heads follow speech at a few words
+# a second; in every decode of tiny.en over the hard and dev sets, and of base over dev and multi
+# (2026-12-04, docs/benchmarks_unseen.md), at most 5 words (characters, in Chinese) started within
+# 5 frames (0.1 s), except in three recitations of base's: 14-21 words on one frame, a sentence or
+# a phrase said over and over ("Ich bin ein bisschen mehr." in German, "C'est un peu plus important
+# que l'on a fait." in French, a Japanese phrase). A decoder whose attention rests on one spot for
+# STUCK_WORDS words is not reading audio (80 words a second): it recites
+STUCK_WORDS = 8
+STUCK_FRAMES = 5
+
+
+def stuck_from(word_frames: list[int], words: int = STUCK_WORDS, span: int = STUCK_FRAMES) -> int | None:
+    """Given the frames the words of a decode were read at (their first tokens', in order),
+    where a run of the last ``words`` of them began if they all lie within ``span`` frames
+    (an index into ``word_frames``), else None."""
+    if len(word_frames) < words:
+        return None
+    last = word_frames[-words:]
+    return len(word_frames) - words if max(last) - min(last) <= span else None
 
 
 def word_key(word: str) -> str:
@@ -61,7 +88,10 @@ def word_key(word: str) -> str:
     return word.strip().strip(".,;:!?\"'-…").lower()
 
 
-def loop_span(before: list[str], new: list[str], longest: int = 8) -> tuple[int, int] | None:
+LOOP_WORDS = 64  # the longest phrase the committed-words loop check looks for (a long sentence)
+
+
+def loop_span(before: list[str], new: list[str], longest: int = LOOP_WORDS) -> tuple[int, int] | None:
     """Where the words ``new`` first complete some 1..``longest``-word phrase said three times
     in a row (words compared without case and punctuation), at any point inside ``new``, not
     only at its end: ``(start, end)``, the third saying's words within ``new`` (``new[start:end]``;
@@ -74,13 +104,13 @@ def loop_span(before: list[str], new: list[str], longest: int = 8) -> tuple[int,
             continue
         keys.append(key)
         keyed.append(i)
-        for n in range(1, longest + 1):
-            if len(keys) >= 3 * n and keys[-n:] == keys[-2 * n:-n] == keys[-3 * n:-2 * n]:
+        for n in range(1, min(longest, len(keys) // 3) + 1):
+            if keys[-1] == keys[-1 - n] == keys[-1 - 2 * n] and keys[-n:] == keys[-2 * n:-n] == keys[-3 * n:-2 * n]:
                 return (keyed[-n] if len(keyed) >= n else 0), i + 1
     return None
 
 
-def repeats_thrice(before: list[str], new: list[str], longest: int = 8) -> bool:
+def repeats_thrice(before: list[str], new: list[str], longest: int = LOOP_WORDS) -> bool:
     """Whether the words ``new`` complete, anywhere among them, some 1..``longest``-word phrase
     said three times in a row (:func:`loop_span`)."""
     return loop_span(before, new, longest) is not None

@@ -71,7 +71,7 @@ from susurrus.streaming.config import (
 from susurrus.streaming.encoder import EncoderState, encode_steps, encode_window
 from susurrus.streaming.events import Committed, Event, Interim, LanguageDetected, StepStats, StreamWord, TurnEnded
 from susurrus.streaming.frontend import push_audio, stream_samples
-from susurrus.streaming.guards import loop_span, reads_past_audio, repeated_tail, word_key
+from susurrus.streaming.guards import LOOP_WORDS, loop_span, reads_past_audio, repeated_tail, word_key
 from susurrus.streaming.hallucination import heard, opening_hallucinated
 from susurrus.streaming.opening import find_opening
 from susurrus.streaming.overdue import overdue_count
@@ -378,7 +378,7 @@ class StreamSession(WindowDecoding, VoiceActivity):
                     n_commit = ends[keep - 1] if keep else 0
                     words = words[:keep]
             alone = not win.committed  # the window's first words: where invented phrases appear
-            span = loop_span([w.word for w in self.words[-24:]], [w.word for w in words]) if words else None
+            span = loop_span([w.word for w in self.words[-3 * LOOP_WORDS:]], [w.word for w in words]) if words else None
             if span is not None:  # a phrase a third time in a row (a loop fed by the prompt): that saying
                 # goes, the words before it stand, the window restarts after it without the prompt
                 win.committed_end_frame = end_frame(words[span[1] - 1], win)
