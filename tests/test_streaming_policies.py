@@ -97,6 +97,10 @@ def test_repetition_guards():
     assert repeated_tail(words, 4) == 4
     assert repeated_tail(words, 3) == 0  # only the last 3 words may go: not a whole phrase
     assert repeated_tail(["no,", "no"], 2) == 0  # shorter than 3 words: speech
+    said = "Ich bin ein Schokobombong.".split()
+    assert repeated_tail(said * 3, 12) == 8  # said twice more: both go
+    assert repeated_tail(said * 3, 6) == 4  # only the last 6 words may go: one saying of them
+    assert repeated_tail(["Er", "sagt:", *said * 2], 10) == 4
 
 
 def test_words_read_without_the_attention_moving():

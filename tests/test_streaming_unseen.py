@@ -210,3 +210,17 @@ def test_a_sentence_recited_over_one_spot_of_audio_is_not_committed(base):
     errors, n = error_counts(item.text, stream.text)  # (base offline greedy: 27 of 99 words)
     assert n >= 80
     assert errors / n <= 0.4, stream.text
+
+
+def test_a_window_read_three_times_at_its_end_is_committed_once(base):
+    """base, German, language detected (so the whole 2.6 s item is decoded at its end): the
+    decode read the utterance three times ("Ich bin ein Schokobombong." and again and again,
+    stopped by the loop check inside the third), and the end-of-window check for a phrase said
+    again at once dropped only the last saying: two were committed."""
+    item = next((i for i in read_manifest(need_data("multi")) if i.id == "thorsten_sample01_gt"), None)
+    if item is None:
+        pytest.skip("multi item thorsten_sample01_gt not in the manifest")
+    stream = _stream(base, decode_audio(item.audio))
+    assert stream.language == "de"
+    assert stream.words, "the utterance is not lost"
+    assert longest_repetition([w.word for w in stream.words]) == 1, stream.text

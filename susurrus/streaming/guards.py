@@ -118,12 +118,18 @@ def repeats_thrice(before: list[str], new: list[str], longest: int = LOOP_WORDS)
 
 def repeated_tail(words: list[str], limit: int, shortest: int = 3) -> int:
     """How many of the last ``limit`` words repeat, at once, the phrase of 3+ words before them
-    ("in being comparatively modern, in being comparatively modern"): 0 if none."""
+    ("in being comparatively modern, in being comparatively modern"), however many times it was
+    said again ("Ich bin ein Schokobombong." twice more, base, over 2.6 s of audio that holds it
+    once): 0 if none."""
     norm = [word_key(w) for w in words]
-    for n in range(min(limit, len(norm) // 2), shortest - 1, -1):
-        if norm[-n:] == norm[-2 * n:-n]:
-            return n
-    return 0
+    dropped = 0
+    while True:
+        rest = norm[:len(norm) - dropped]
+        n = next((n for n in range(min(limit - dropped, len(rest) // 2), shortest - 1, -1)
+                  if rest[-n:] == rest[-2 * n:-n]), 0)
+        if not n:
+            return dropped
+        dropped += n
 
 
 def reads_again(committed: list[str], new: list[str]) -> bool:
