@@ -12,12 +12,14 @@ from susurrus.streaming.config import StreamConfig
 from susurrus.streaming.events import StreamWord
 from susurrus.streaming.guards import (
     eot_too_early,
+    loop_span,
     reads_again,
     repeated_tail,
     repeats_third_time,
     says_again,
     starts_over,
     stuck_from,
+    word_key,
 )
 from susurrus.streaming.hallucination import heard, opening_hallucinated
 from susurrus.streaming.overdue import overdue_count
@@ -222,3 +224,8 @@ def test_state_prints_shapes_not_contents():
     win = WindowState(start_frame=300, mel=torch.zeros(80, 1200), committed=list(range(50)))
     text = brief(win)
     assert "mel=Tensor[80, 1200]" in text and "committed=[50 items]" in text and len(text) < 200
+
+
+def test_cjk_punctuation_does_not_hide_a_repetition():
+    assert word_key("は、") == word_key("は") == "は"
+    assert loop_span(["お", "前", "は、", "お", "前", "は、"], ["お", "前", "は"]) == (0, 3)

@@ -83,9 +83,13 @@ def stuck_from(word_frames: list[int], words: int = STUCK_WORDS, span: int = STU
     return len(word_frames) - words if max(last) - min(last) <= span else None
 
 
+_PUNCTUATION = ".,;:!?\"'-…" + "、。，！？；：「」『』（）《》・"  # ... and the CJK scripts' own
+
+
 def word_key(word: str) -> str:
-    """A word compared for repetition: no case, no surrounding punctuation."""
-    return word.strip().strip(".,;:!?\"'-…").lower()
+    """A word compared for repetition: no case, no surrounding punctuation (a Chinese or
+    Japanese character with its "、" or "。" is the same word as without)."""
+    return word.strip().strip(_PUNCTUATION).lower()
 
 
 LOOP_WORDS = 64  # the longest phrase the committed-words loop check looks for (a long sentence)
