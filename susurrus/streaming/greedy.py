@@ -101,8 +101,10 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
     i = 0  # position in the current hidden/qk that predicts the next token
     while len(tokens) < limit:
         row = scored(dec, rules, hidden, approx, i, seq)
-        if cfg.eot_guard and int(row.argmax()) == tok.eot and len(tokens) < 2 * cfg.max_step_tokens:
-            # end-of-text guard: refuse it while speech remains after the last token
+        if cfg.eot_guard and aligned and int(row.argmax()) == tok.eot and len(tokens) < 2 * cfg.max_step_tokens:
+            # end-of-text guard: refuse it while speech remains after the last token (where the
+            # tokens were read: a translation's attention does not follow the audio, so its end
+            # is the decoder's, as offline)
             if speech is None:
                 speech = speech_mask(win.mel, n_real)
             last = max(frames, default=win.committed_end_frame)
