@@ -134,8 +134,8 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
             word_at.append(len(tokens))
             stuck = stuck_from([*(frames[k] for k in word_at[:-1]), frame])
             if stuck is not None:  # words recited without the attention moving: not the audio's
-                cut = word_at[stuck]
-                following = tokens[cut] if cut < len(tokens) else nxt
+                cut = word_at[stuck]  # (a word before nxt: the run holds STUCK_WORDS >= 2 words)
+                following = tokens[cut]
                 del tokens[cut:], probs[cut:], attns[cut:], frames[cut:]
                 looped = True
                 break

@@ -5,7 +5,7 @@ functions over tokens, words and frames; ``StreamSession`` and ``greedy.py`` app
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import torch
@@ -48,18 +48,24 @@ def says_again(piece: str, committed_text: str) -> bool:
     return bool(piece) and any(w.strip(".,;:!?\"'").startswith(piece) for w in committed)
 
 
-def repeats_third_time(seq: list[int], longest: int | None = None) -> bool:
-    """Whether ``seq`` ends with some phrase of 1..``longest`` tokens (default: any length)
-    three times back to back. A looped sentence is as much a loop as a looped word: Whisper
-    repeats whole sentences ("C'est un peu plus important que l'on a fait." thirteen times, base,
-    French), so the phrase is not bounded by a guess of how long a loop can be."""
+def thrice_at_end(seq: Sequence[Hashable], longest: int | None = None) -> int:
+    """The length of the shortest phrase of 1..``longest`` items (default: any length) that
+    ``seq`` ends with three times back to back, 0 if none. A looped sentence is as much a loop
+    as a looped word: Whisper repeats whole sentences ("C'est un peu plus important que l'on a
+    fait." thirteen times, base, French), so the phrase is not bounded by a guess of how long a
+    loop can be."""
     last = len(seq) - 1
     bound = len(seq) // 3 if longest is None else min(longest, len(seq) // 3)
     for n in range(1, bound + 1):
-        # cheap filter first: the phrase's last token at the same place in all three sayings
+        # cheap filter first: the phrase's last item at the same place in all three sayings
         if seq[last - n] == seq[last] == seq[last - 2 * n] and seq[-n:] == seq[-2 * n:-n] == seq[-3 * n:-2 * n]:
-            return True
-    return False
+            return n
+    return 0
+
+
+def repeats_third_time(seq: list[int], longest: int | None = None) -> bool:
+    """Whether the tokens ``seq`` end with some phrase three times back to back (:func:`thrice_at_end`)."""
+    return thrice_at_end(seq, longest) > 0
 
 
 # Words read without the attention moving. Whisper's alignment heads follow speech at a few words
@@ -108,9 +114,9 @@ def loop_span(before: list[str], new: list[str], longest: int = LOOP_WORDS) -> t
             continue
         keys.append(key)
         keyed.append(i)
-        for n in range(1, min(longest, len(keys) // 3) + 1):
-            if keys[-1] == keys[-1 - n] == keys[-1 - 2 * n] and keys[-n:] == keys[-2 * n:-n] == keys[-3 * n:-2 * n]:
-                return (keyed[-n] if len(keyed) >= n else 0), i + 1
+        n = thrice_at_end(keys, longest)
+        if n:
+            return (keyed[-n] if len(keyed) >= n else 0), i + 1
     return None
 
 
