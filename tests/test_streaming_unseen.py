@@ -194,6 +194,17 @@ def test_an_overdue_decode_that_ended_after_a_word_commits_it(tiny):
     assert longest_repetition([w.word for w in stream.words]) <= 2
 
 
+def test_an_overdue_window_commits_what_two_readings_in_both_directions_agree_on(tiny):
+    """Non-native speech the model reads badly, step phase 0: after a pause, each step read the
+    window differently ("Follow her.", "...Folar", "Follow...") and none agreed with the overdue
+    reading of it in both directions beside it, so nothing was committed for 4.3 s, over the bar;
+    yet the two readings in both directions, a step apart, agreed ("Fuller. Mama here",
+    "Fuller... Momental."). They are two readings of the same audio too: "Fuller" goes."""
+    stream, _, wait, bar = _longest_wait(tiny, "speechocean762_096010009", 0)
+    assert wait <= bar, (stream.text, wait)
+    assert longest_repetition([w.word for w in stream.words]) <= 2
+
+
 def test_a_sentence_recited_over_one_spot_of_audio_is_not_committed(base):
     """base, French, after re-anchoring at the window's 24 s: prompted by the text so far, the
     decoder recited "faire un peu de la carrière en traduction automatique." and then "C'est un

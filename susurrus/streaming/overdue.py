@@ -20,7 +20,9 @@ next steps would have replaced). When that is nothing, the step decodes again ov
 audio encoded as offline Whisper encodes it, every frame attending to every other (with the
 silence continuation after it, as each step has it: the reading :mod:`opening` checks openings
 with), and commits that reading's words the same way, where they agree with the step's own
-decode or the last step's (:func:`read_again`). The stream then goes on over its own frames from
+decode, the last step's or the last such reading's (two readings in both directions a step
+apart are two readings of the audio as well: where every step guesses anew, they may be the only
+two that agree) (:func:`read_again`). The stream then goes on over its own frames from
 those words; the hallucination guards judge them as any others.
 
 Cost, only where a stream is overdue: none for the first; for the second an encoder pass over

@@ -341,17 +341,21 @@ class StreamSession(WindowDecoding, VoiceActivity):
                                      win.committed_end_frame, common_prefix(tokens, win.last_hypothesis),
                                      following == eot)
             again = None if n_commit else (yield from self._read_again(n_real))
-            n_again = (overdue_count(again.tokens, again.frames, n_real, cfg, self._starts_word, self._piece,
-                                     win.committed_end_frame,
-                                     max(common_prefix(again.tokens, tokens),
-                                         common_prefix(again.tokens, win.last_hypothesis)), again.following == eot)
-                       if again else 0)
+            n_again = 0
+            if again is not None:  # its words another reading decoded too (this step, the last, the last read again)
+                agreed = max(common_prefix(again.tokens, tokens), common_prefix(again.tokens, win.last_hypothesis),
+                             common_prefix(again.tokens, win.last_reading))
+                n_again = overdue_count(again.tokens, again.frames, n_real, cfg, self._starts_word, self._piece,
+                                        win.committed_end_frame, agreed, again.following == eot)
+                win.last_reading = again.tokens[n_again:]
             if n_again:  # (a reading that commits nothing leaves the step's own decode as it was)
                 tokens, frames, probs, qk, cache, following = (again.tokens, again.frames, again.probs, again.qk,
                                                                again.cache, again.following)
                 n_commit = n_again
             else:
                 again = None
+        if n_commit and again is None:
+            win.last_reading = []  # (it read on from words committed since)
         guard_vad = self.vad_state if self.vad is not None else None
         found = None  # the window's opening words the stream lost (opening.py), committed in front
         moved = not win.committed and bool(tokens) and bool(win.first_tokens - {tokens[0]})  # its opening moved
