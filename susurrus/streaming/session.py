@@ -347,15 +347,16 @@ class StreamSession(WindowDecoding, VoiceActivity):
                              common_prefix(again.tokens, win.last_reading))
                 n_again = overdue_count(again.tokens, again.frames, n_real, cfg, self._starts_word, self._piece,
                                         win.committed_end_frame, agreed, again.following == eot)
-                win.last_reading = again.tokens[n_again:]
+                if not n_again:
+                    win.last_reading = again.tokens  # (the next step's reading may agree with it)
             if n_again:  # (a reading that commits nothing leaves the step's own decode as it was)
                 tokens, frames, probs, qk, cache, following = (again.tokens, again.frames, again.probs, again.qk,
                                                                again.cache, again.following)
                 n_commit = n_again
             else:
                 again = None
-        if n_commit and again is None:
-            win.last_reading = []  # (it read on from words committed since)
+        if n_commit:
+            win.last_reading = []  # (it read on from words committed since; a reading that commits is the hypothesis)
         guard_vad = self.vad_state if self.vad is not None else None
         found = None  # the window's opening words the stream lost (opening.py), committed in front
         moved = not win.committed and bool(tokens) and bool(win.first_tokens - {tokens[0]})  # its opening moved

@@ -35,7 +35,7 @@ class WindowState:
     last_hypothesis: list[int] = field(default_factory=list)  # uncommitted tokens of the last step
     lost_steps: int = 0  # consecutive steps whose continuation read past the audio while speech remained
     read_again_at: int | None = None  # encoder frames when it was last read again for an overdue commit (overdue.py)
-    last_reading: list[int] = field(default_factory=list)  # ... that reading's tokens after what it committed
+    last_reading: list[int] = field(default_factory=list)  # ... that reading's tokens, when it committed none
     first_tokens: set[int] = field(default_factory=set)  # the first tokens of its hypotheses before its first commit
     prefix: DecoderCache | None = None  # self-attention keys/values of the forced prefix but its last token
     # the storage ``mel`` is the front of: new frames are written in place, and it is reallocated
