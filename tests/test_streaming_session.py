@@ -83,6 +83,46 @@ def test_window_re_anchors_and_keeps_memory_flat(tiny, longform_items):
             assert not (words[i:i + n] == words[i + n:i + 2 * n] == words[i + 2 * n:i + 3 * n]), words[i:i + n]
 
 
+def test_a_full_window_rolls_over_with_its_last_committed_words_as_left_context(tiny, longform_items):
+    """A window that fills up in the middle of speech starts the next one at its committed words
+    of the last ``roll_context_s``: their audio and tokens (forced, not said again), so that the
+    words after them are not read as a window's opening, without left context."""
+    audio = decode_audio(longform_items[0].audio)[: 16000 * 40]
+    rolls = []
+
+    def run(context_s):
+        stream = tiny.stream(max_window_s=8.0, roll_context_s=context_s)
+        reanchor = stream._reanchor
+
+        def watched(*args, **kwargs):
+            old, text = stream.window, stream.text
+            end_s = old.start_frame / 100 + old.committed_end_frame * 0.02
+            reanchor(*args, **kwargs)
+            new = stream.window
+            rolls.append((context_s, text, end_s, new.start_frame / 100,
+                          new.start_frame / 100 + new.committed_end_frame * 0.02,
+                          stream.tokenizer.decode(new.committed)))
+        stream._reanchor = watched
+        for i in range(0, len(audio), 1600):
+            stream.feed(audio[i:i + 1600])
+        stream.finish()
+        return stream.text
+
+    carried_text = run(2.0)
+    carried = [r for r in rolls if r[0] == 2.0 and r[5]]
+    assert len(carried) >= 2
+    for _, text, end_s, start_s, new_end_s, words in carried:
+        assert text.endswith(words)  # the last committed words, as they were output
+        assert end_s - 2.0 - 0.02 <= start_s < end_s  # ... of the last 2 s, their audio from their start
+        assert abs(new_end_s - end_s) < 0.03  # the committed end stays where it was
+        assert carried_text.startswith(text)
+        assert not carried_text[len(text):].startswith(words)  # ... and not said again after it
+    run(0.0)
+    assert [r for r in rolls if r[0] == 0.0] and not [r for r in rolls if r[0] == 0.0 and r[5]]
+    with pytest.raises(ValueError, match="roll_context_s"):
+        StreamConfig(roll_context_s=20.0)
+
+
 def test_bad_input_is_refused_and_loses_nothing(tiny, dev_item):
     audio = decode_audio(dev_item("ljspeech_LJ001-0002").audio)
     stream = tiny.stream()

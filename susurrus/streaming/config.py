@@ -48,6 +48,10 @@ class StreamConfig:
     policy: str = "alignatt"  # or "agreement" (commit what two consecutive steps agree on)
     eot_guard: bool = True  # refuse end-of-text while speech remains after the last token
     max_window_s: float = 24.0  # re-anchor the window when it holds this much audio
+    # a full window in the middle of speech rolls over keeping its committed words of the last
+    # this many seconds (their audio and tokens) as the next window's start: the speech after
+    # them is encoded and read with left context, as inside a window, not as a window's opening
+    roll_context_s: float = 2.0
     context_tokens: int = 96  # previous committed tokens given as the prompt
     max_step_tokens: int = 32  # tokens decoded per step at most
     reuse_prefix: bool = True  # keep the forced prefix's decoder keys/values between steps
@@ -109,6 +113,9 @@ class StreamConfig:
             raise ValueError(f"silence_context_ms must be within 0..5000, not {self.silence_context_ms}")
         if not 5.0 <= self.max_window_s <= 28.0:
             raise ValueError(f"max_window_s must be within 5..28 s, not {self.max_window_s}")
+        if not 0.0 <= self.roll_context_s <= self.max_window_s / 2:
+            raise ValueError(f"roll_context_s must be within 0..{self.max_window_s / 2:g} s (half of max_window_s), "
+                             f"not {self.roll_context_s}")
         if not 0.0 < self.vad_threshold < 1.0:
             raise ValueError(f"vad_threshold must be within (0, 1), not {self.vad_threshold}")
         if not 0.0 < self.wake_threshold < 1.0:

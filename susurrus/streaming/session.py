@@ -280,9 +280,10 @@ class StreamSession(WindowDecoding, VoiceActivity):
             # keeps failing to continue, or a decoding loop: start afresh at the end of the last
             # committed word (after a stall or a loop without the prompt: the text so far is
             # what leads the decoder to repeat itself)
+            rolling = not (stalled or self._looping)  # a full window in the middle of speech
             self._reset_prompt |= bool(stalled) or self._looping
             self._looping = False
-            self._reanchor()
+            self._reanchor(context_s=cfg.roll_context_s if rolling else 0.0)
             win = self.window
         elif (not final and not win.committed and self.previous and win.encoder is not None
               and (win.encoder.frames * FRAME_S > cfg.stall_s or win.lost_steps >= LOST_STEPS)):

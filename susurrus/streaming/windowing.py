@@ -124,21 +124,53 @@ class WindowDecoding:
     def _starts_word(self, token: int) -> bool:
         return starts_word(self._piece(token), self.language)
 
-    def _reanchor(self, at_end: bool = False) -> None:
+    def _committed_tail(self, context_s: float) -> tuple[int, int] | None:
+        """Where the window's committed words of its last ``context_s`` before the committed end
+        start: (index in ``window.committed``, window encoder frame); None when the words and
+        tokens do not line up (then nothing is carried)."""
+        win = self.window
+        offset = win.start_frame / 100.0
+        end = offset + win.committed_end_frame * FRAME_S
+        text = ""
+        found = None
+        for word in reversed(self.words):
+            if word.start < max(offset, end - context_s) or word.end > end + FRAME_S:
+                break
+            text = word.word + text
+            for j in range(len(win.committed) - 1, -1, -1):
+                piece = self.tokenizer.decode(win.committed[j:])
+                if piece == text:
+                    found = j, int((word.start - offset) / FRAME_S)
+                    break
+                if len(piece) > len(text):
+                    break
+        return found if found is not None and found[1] > 0 else None
+
+    def _reanchor(self, at_end: bool = False, context_s: float = 0.0) -> None:
         """Start a new window at the end of the last committed word (or drop old audio when
         nothing was committed), re-encoding only the tail. ``at_end``: everything is
-        committed; keep only ``resume_pad_ms`` of audio as the next window's left context."""
+        committed; keep only ``resume_pad_ms`` of audio as the next window's left context.
+        ``context_s``: the new window starts with the committed words of the last ``context_s``
+        before the committed end, audio and tokens (forced, not said again), so that the speech
+        after them is encoded and read with left context, as within a window (a full window
+        rolling over in the middle of speech)."""
         win = self.window
         n_enc = win.mel.shape[1] // 2
         cut = win.committed_end_frame
+        carried: list[int] = []
         if at_end:
             cut = max(0, n_enc - round(self.config.resume_pad_ms / 1000 / FRAME_S))
         elif cut <= 0 or cut > n_enc:
             cut = max(1, n_enc - round(5.0 / FRAME_S))
+        elif context_s > 0 and (tail := self._committed_tail(context_s)) is not None:
+            j, cut = tail
+            carried = win.committed[j:]
         cut_mel = 2 * cut
-        self.previous.extend(win.committed)
+        self.previous.extend(win.committed[:len(win.committed) - len(carried)])
         self.previous = self.previous[-self.config.context_tokens * 2:]
         if self._reset_prompt:  # after a loop or a stall
             self.previous, self._reset_prompt = [], False
-        self.window = WindowState(start_frame=win.start_frame + cut_mel, mel=win.mel[:, cut_mel:].clone())
+        self.window = WindowState(start_frame=win.start_frame + cut_mel, mel=win.mel[:, cut_mel:].clone(),
+                                  committed=list(carried),
+                                  committed_end_frame=win.committed_end_frame - cut if carried else 0)
         self.cross.restore(0)
