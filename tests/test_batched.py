@@ -217,21 +217,53 @@ def test_bench_streams_items_together_with_the_same_results(tiny, dev_items):
     assert all(r.cpu_s > 0 for r in together.items)
 
 
+def test_bf16_encoder_rows_pack_exactly_where_the_cpu_allows(tiny):
+    """A bf16 encoder's rows of a round run packed where this CPU's bfloat16 kernels give a
+    block of rows the products it gets alone (``calls.bf16_rows_pack_exactly``, probed), else
+    one by one; either way every row's outputs and cache are bit-identical to its pass alone,
+    a one-frame row's too (its products take another kernel: it runs alone)."""
+    from susurrus.streaming.calls import EncodeFrames, bf16_rows_pack_exactly, row_by_row, run_alone, run_together
+
+    net = tiny.net
+    shapes = tuple(sorted({tuple(m.weight.shape) for m in net.encoder.blocks.modules() if hasattr(m, "product")}))
+    if not shapes:
+        pytest.skip(f"tiny.en loaded as {tiny.compute_type}: no bfloat16 encoder on this CPU")
+    assert (EncodeFrames in row_by_row(net)) == (not bf16_rows_pack_exactly(shapes, torch.get_num_threads()))
+    torch.manual_seed(2)
+    width = net.dims.n_audio_state
+    calls = []
+    with torch.inference_mode():
+        for n_past, n_new in ((0, 107), (150, 107), (64, 1), (30, 60)):
+            cache = EncoderCache.empty(net.dims.n_audio_layer)
+            if n_past:
+                _, cache = net.encoder.forward_frames(torch.randn(1, n_past, width), cache)
+            mask = None
+            if n_new == 60:
+                mask = torch.zeros(n_new, n_past + n_new)
+                mask[:40, n_past + 40:] = -float("inf")
+            calls.append(EncodeFrames(torch.randn(1, n_new, width), cache, mask))
+        together = run_together(net, calls)
+        for call, (out, cache) in zip(calls, together):
+            ref, ref_cache = run_alone(net, call)
+            assert torch.equal(out, ref)
+            assert torch.equal(cache.layers[-1].k, ref_cache.layers[-1].k)
+
+
 @pytest.mark.parametrize(("compute_type", "seconds", "shift_s"), [("int8_encoder", 6, 0.1), ("bf16_encoder", 8, 0.021)])
 def test_row_by_row_parts_keep_batching_exact(dev_item, tiny, compute_type, seconds, shift_s):
-    """An int8 encoder (dynamic quantisation: each pass quantises its input as a whole) or a
-    bf16 one (its kernels round a row's products differently with the rows packed beside it)
-    runs its calls of a round one by one (``calls.row_by_row``); the decoder's float rows stay
-    packed. Streams stepped together then commit exactly the words each commits alone. With
-    int8 their times may move by a frame or two: the float parts are packed, and the alignment
-    heads' attention then differs by rounding, on some CPUs enough for DTW to take a
-    neighbouring path (as in float32, docs/benchmarks.md "Many streams, one engine"; here
-    0.02 s for one word)."""
+    """An int8 encoder (dynamic quantisation: each pass quantises its input as a whole) runs its
+    calls of a round one by one (``calls.row_by_row``), a bf16 one packed where the CPU allows
+    it (the test above); the decoder's float rows stay packed. Streams stepped together then
+    commit exactly the words each commits alone. Their times may move by a frame or two: the
+    float parts are packed, and the alignment heads' attention then differs by rounding, on
+    some CPUs enough for DTW to take a neighbouring path (as in float32, docs/benchmarks.md
+    "Many streams, one engine"; here 0.02 s for one word)."""
     import susurrus
     from susurrus.streaming.calls import EncodeFrames, row_by_row
 
     model = susurrus.load_model("tiny.en", compute_type=compute_type)
-    assert row_by_row(model.net) == (EncodeFrames,)
+    if compute_type.startswith("int8"):
+        assert row_by_row(model.net) == (EncodeFrames,)
     assert DecodeTokens not in row_by_row(tiny.net)
     audios = [decode_audio(dev_item(i).audio)[: seconds * SR] for i in ("jfk_inaugural", "ljspeech_LJ001-0001")]
     batch = model.streams()

@@ -16,6 +16,7 @@ state. So one step function serves both ways of running:
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -86,16 +87,42 @@ def run_alone(net: Whisper, call: ModelCall) -> Any:
     raise TypeError(f"not a model call: {call!r}")
 
 
+@functools.cache
+def bf16_rows_pack_exactly(shapes: tuple[tuple[int, int], ...], threads: int) -> bool:
+    """Whether this CPU's bfloat16 matrix kernels give each block of rows of a packed product
+    exactly the product of those rows alone, for blocks of 2 or more rows, for linear layers of
+    ``shapes`` ((out, in) each) at ``threads`` torch threads: probed on random rows at random
+    offsets (a product's summation order may depend on how many rows it has; here it does only
+    for a single row, whose products take another kernel (measured, oneDNN, AVX512-BF16), so
+    :func:`run_together` runs one-frame rows alone)."""
+    gen = torch.Generator().manual_seed(0)
+    for n_out, n_in in shapes:
+        weight = torch.randn(n_out, n_in, generator=gen).to(torch.bfloat16)
+        x = torch.randn(400, n_in, generator=gen).to(torch.bfloat16)
+        packed = torch.nn.functional.linear(x, weight)
+        for rows in (2, 3, 5, 8, 13, 16, 25, 32, 50, 107):
+            for start in torch.randint(0, len(x) - rows, (3,), generator=gen).tolist():
+                if not torch.equal(torch.nn.functional.linear(x[start:start + rows], weight),
+                                   packed[start:start + rows]):
+                    return False
+    return True
+
+
 def row_by_row(net: Whisper) -> tuple[type, ...]:
     """The kinds of call that must run one row at a time: those whose blocks run int8
     dynamically quantised linear layers (``compute_type``), which quantise their input per pass,
     so that packed, a row's results would depend on the others'; and those with bfloat16 linear
-    layers, whose kernels round a row's products differently with the number of rows packed
-    (measured: one packed stream in 16 changed a word). The encoder's rows are ~100 frames each,
-    so running them one by one reads its weights a few more times (~10 % of the cost at 32
-    streams, docs/benchmarks.md): the price of each stream's text being its own."""
+    layers where this CPU's kernels round a row's products differently with the number of rows
+    packed (:func:`bf16_rows_pack_exactly`; on this project's machine they do not, so a
+    ``bf16_encoder``'s rows pack). The price of running rows one by one is reading the weights
+    once per row (~10 % of the cost at 32 streams, docs/benchmarks.md): each stream's text stays
+    its own."""
     def own_rows(part: torch.nn.Module) -> bool:
-        return any("quantized" in type(m).__module__ or isinstance(m, Bf16Linear) for m in part.blocks.modules())
+        layers = list(part.blocks.modules())
+        if any("quantized" in type(m).__module__ for m in layers):
+            return True
+        shapes = tuple(sorted({tuple(m.weight.shape) for m in layers if isinstance(m, Bf16Linear)}))
+        return bool(shapes) and not bf16_rows_pack_exactly(shapes, torch.get_num_threads())
     return (*((EncodeFrames,) if own_rows(net.encoder) else ()), *((DecodeTokens,) if own_rows(net.decoder) else ()))
 
 
@@ -113,8 +140,15 @@ def run_together(net: Whisper, calls: list[ModelCall], alone: tuple[type, ...] |
             for i in idx:
                 results[i] = run_alone(net, calls[i])
         elif kind is EncodeFrames:
-            outs = batched.encode_frames(net.encoder, [(c.frames, c.cache, c.mask) for c in (calls[i] for i in idx)])
-            for i, out in zip(idx, outs):
+            # (a one-frame row's products take another kernel than packed rows': it runs alone)
+            rows = [i for i in idx if calls[i].frames.shape[1] >= 2]
+            if len(rows) < 2:
+                rows = []
+            for i in set(idx) - set(rows):
+                results[i] = run_alone(net, calls[i])
+            outs = batched.encode_frames(net.encoder, [(c.frames, c.cache, c.mask) for c in (calls[i] for i in rows)]
+                                         ) if rows else []
+            for i, out in zip(rows, outs):
                 results[i] = out
         elif kind is DecodeTokens:
             rows = [calls[i] for i in idx]
