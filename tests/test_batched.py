@@ -9,7 +9,7 @@ import torch
 
 from susurrus.audio.io import decode_audio
 from susurrus.model import batched
-from susurrus.model.whisper import DecoderCache, EncoderCache
+from susurrus.model.caches import DecoderCache, EncoderCache
 from susurrus.streaming.batch import BatchError
 from susurrus.streaming.calls import DecodeTokens, Lockstep
 from susurrus.streaming.vad import TurnConfig

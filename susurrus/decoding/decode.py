@@ -1,6 +1,6 @@
 """Decoding one 30 s window: greedy, beam search or sampling over the cached decoder.
 
-The decoder cache (:class:`~susurrus.model.whisper.DecoderCache`) is created once per window
+The decoder cache (:class:`~susurrus.model.caches.DecoderCache`) is created once per window
 from the audio features, then grown one token per step; beam search reorders it with
 ``select``. Logit rules follow Whisper: suppress blank at the start, suppress non-speech and
 special tokens, and keep timestamp tokens well formed.
@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from susurrus.model.caches import DecoderCache
 from susurrus.model.tokenizer import TIME_PRECISION, Tokenizer
-from susurrus.model.whisper import DecoderCache, Whisper
+from susurrus.model.whisper import Whisper
 
 
 @dataclass(frozen=True)

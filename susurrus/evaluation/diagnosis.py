@@ -26,7 +26,8 @@ import torch
 from susurrus.audio.features import DYNAMIC_RANGE, N_FRAMES, normalize
 from susurrus.evaluation.alignment import edit_table
 from susurrus.evaluation.metrics import normalize as normalize_text
-from susurrus.model.whisper import KV, Whisper
+from susurrus.model.caches import KV
+from susurrus.model.whisper import Whisper
 from susurrus.streaming.encoder import EncoderState
 from susurrus.streaming.session import StreamConfig, StreamSession
 

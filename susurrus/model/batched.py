@@ -23,7 +23,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from susurrus.model.whisper import KV, AudioEncoder, DecoderCache, EncoderCache, ResidualAttentionBlock, TextDecoder
+from susurrus.model.caches import KV, DecoderCache, EncoderCache
+from susurrus.model.whisper import AudioEncoder, ResidualAttentionBlock, TextDecoder
 
 
 def _spans(lengths: Sequence[int]) -> list[tuple[int, int]]:

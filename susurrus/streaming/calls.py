@@ -26,7 +26,8 @@ import torch
 from torch import Tensor
 
 from susurrus.model import batched
-from susurrus.model.whisper import KV, Bf16Linear, DecoderCache, EncoderCache, Whisper
+from susurrus.model.caches import KV, DecoderCache, EncoderCache
+from susurrus.model.whisper import Bf16Linear, Whisper
 from susurrus.streaming.vad import VadFrames
 
 T = TypeVar("T")

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from susurrus.audio.features import DYNAMIC_RANGE
-from susurrus.model.whisper import KV, EncoderCache, Whisper
+from susurrus.model.caches import KV, EncoderCache
+from susurrus.model.whisper import Whisper
 from susurrus.streaming.calls import EncodeFrames, Steps, drive
 
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 import torch
 
 from susurrus.decoding.decode import LogitRules
+from susurrus.model.caches import KV, DecoderCache
 from susurrus.model.tokenizer import Tokenizer
-from susurrus.model.whisper import KV, DecoderCache, TextDecoder, Whisper
+from susurrus.model.whisper import TextDecoder, Whisper
 from susurrus.streaming.calls import DecodeTokens, Steps
 from susurrus.streaming.config import FRAME_S, StreamConfig
 from susurrus.streaming.guards import (

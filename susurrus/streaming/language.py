@@ -8,8 +8,9 @@ import torch
 
 from susurrus.audio.features import normalize, pad_or_trim
 from susurrus.decoding.decode import detect_language
+from susurrus.model.caches import KV, DecoderCache
 from susurrus.model.tokenizer import Tokenizer
-from susurrus.model.whisper import KV, DecoderCache, Whisper
+from susurrus.model.whisper import Whisper
 from susurrus.streaming.config import DETECT_SURE
 
 

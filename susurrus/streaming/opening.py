@@ -29,8 +29,9 @@ from typing import TypeVar
 import torch
 
 from susurrus.decoding.decode import LogitRules
+from susurrus.model.caches import KV, DecoderCache
 from susurrus.model.tokenizer import Tokenizer
-from susurrus.model.whisper import KV, DecoderCache, TextDecoder, Whisper
+from susurrus.model.whisper import TextDecoder, Whisper
 from susurrus.streaming.calls import CrossKV, DecodeTokens, Steps
 from susurrus.streaming.config import StreamConfig
 from susurrus.streaming.encoder import EncoderState, encode_steps

@@ -49,8 +49,9 @@ import numpy as np
 import torch
 
 from susurrus.audio.features import SAMPLE_RATE
+from susurrus.model.caches import KV
 from susurrus.model.tokenizer import Tokenizer
-from susurrus.model.whisper import KV, Whisper
+from susurrus.model.whisper import Whisper
 from susurrus.streaming.activity import VoiceActivity
 from susurrus.streaming.calls import Steps, drive
 from susurrus.streaming.commit import common_prefix, has_letters, stable_count, word_boundary

@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from susurrus.decoding.decode import LogitRules
+from susurrus.model.caches import KV, DecoderCache
 from susurrus.model.tokenizer import Tokenizer
-from susurrus.model.whisper import KV, DecoderCache, Whisper
+from susurrus.model.whisper import Whisper
 from susurrus.streaming.config import SILENCE_LEVEL
 from susurrus.streaming.encoder import EncoderState
 from susurrus.streaming.events import StepStats, StreamWord
