@@ -3,6 +3,8 @@ a module (:mod:`susurrus.model.whisper`).
 
 * :class:`KV` holds one attention layer's keys and values, shape (batch, time, width), as a view
   of an append-only :class:`KVStore`.
+* :class:`PartedKV` is keys/values kept as consecutive parts and read as one (a stream's own
+  cross-attention frames, then the silence every stream shares).
 * :class:`EncoderCache`: the encoder's per-layer keys/values of frames already encoded.
 * :class:`DecoderCache`: the decoder's cross-attention keys/values and the self-attention
   keys/values of the tokens so far.
@@ -81,6 +83,23 @@ class KV:
         if self.store is not None and self.store.filled >= length:
             self.store.filled = length
         return self.narrow(0, length)
+
+
+class PartedKV:
+    """Keys/values kept as consecutive parts and read as one: a stream's cross-attention keeps
+    its own frames apart from the encoder output of silence behind them, which every stream
+    shares instead of holding a copy (:class:`~susurrus.streaming.state.CrossBuffer`). Attention
+    over the parts equals attention over their concatenation up to float rounding (the matrix
+    products are blocked differently, the values' weighted sum is added part by part), and reads
+    no copy of the shared part.
+    ``k``/``v``: the first part's storage (its dtype and batch)."""
+
+    k: Tensor
+    v: Tensor
+
+    def parts(self) -> list[KV]:
+        """The non-empty parts, in order, each (batch, time, width)."""
+        raise NotImplementedError
 
 
 @dataclass

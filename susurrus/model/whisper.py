@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from susurrus.model.caches import KV, DecoderCache, EncoderCache
+from susurrus.model.caches import KV, DecoderCache, EncoderCache, PartedKV
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,8 @@ class MultiHeadAttention(nn.Module):
             need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """The heads' weighted values (batch, T, width) before the output projection, and with
         ``need_weights`` the (pre-softmax) scores (batch, heads, T, time)."""
+        if isinstance(kv, PartedKV):
+            return self._mix_parts(q, kv.parts(), mask, need_weights)
         b, t, d = q.shape
         h = self.n_head
         dtype = kv.k.dtype  # the attention runs in the keys' dtype, its output in the query's
@@ -115,6 +117,28 @@ class MultiHeadAttention(nn.Module):
             scores = scores + mask
         weights = scores.float().softmax(dim=-1).to(dtype)
         return (weights @ vh).transpose(1, 2).reshape(b, t, d).to(q.dtype), scores.detach()
+
+    def _mix_parts(self, q: Tensor, parts: list[KV], mask: Tensor | None,
+                   need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """:meth:`mix` over consecutive parts of the keys/values: one softmax over every part's
+        scores, the values' weighted sums added part by part."""
+        b, t, d = q.shape
+        h = self.n_head
+        dtype = parts[0].k.dtype
+        qh = q.to(dtype).view(b, t, h, d // h).transpose(1, 2)
+        heads = [(kv.k.view(kv.k.shape[0], -1, h, d // h).transpose(1, 2),
+                  kv.v.view(kv.v.shape[0], -1, h, d // h).transpose(1, 2)) for kv in parts]
+        scores = torch.cat([qh @ kh.transpose(-1, -2) for kh, _ in heads], dim=-1) * (d // h) ** -0.5
+        if mask is not None:
+            scores = scores + mask
+        weights = scores.float().softmax(dim=-1).to(dtype)
+        out, at = None, 0
+        for _, vh in heads:
+            n = vh.shape[2]
+            part = weights[..., at:at + n] @ vh
+            out, at = part if out is None else out + part, at + n
+        assert out is not None
+        return out.transpose(1, 2).reshape(b, t, d).to(q.dtype), scores.detach() if need_weights else None
 
 
 class ResidualAttentionBlock(nn.Module):

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from susurrus.decoding.decode import LogitRules
-from susurrus.model.caches import KV, DecoderCache
+from susurrus.model.caches import KV, DecoderCache, PartedKV
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import Whisper
 from susurrus.streaming.config import SILENCE_LEVEL
@@ -58,42 +58,69 @@ class WindowState:
 
 
 class CrossBuffer:
-    """Per-layer cross-attention keys/values over 1500 positions: real frames written at the
-    front, the encoder output of silence (projected once) behind them."""
+    """Per-layer cross-attention keys/values over 1500 positions as the decoder reads them: the
+    window's real frames (this stream's own storage, at the front) and behind them the encoder
+    output of silence (projected once per model and shared by every stream, not copied: each
+    decoder token reads all 1500 positions, so a copy per stream would be read from memory
+    again for every stream). ``kv``: one :class:`CrossLayer` per layer, reading the buffer as
+    it is when used."""
 
     def __init__(self, pad: list[KV]):
         self.pad = pad
-        self.kv = [KV(p.k.clone(), p.v.clone()) for p in pad]
-        self.real = 0  # positions holding real frames
+        self.own = [KV(torch.empty_like(p.k), torch.empty_like(p.v)) for p in pad]
+        self.real = 0  # positions holding real frames: own[:real], then pad[real:]
+        self.kv = [CrossLayer(self, i) for i in range(len(pad))]
 
     def __repr__(self) -> str:
-        positions = self.kv[0].k.shape[1] if self.kv else 0
-        return f"CrossBuffer(layers={len(self.kv)}, positions={positions}, real={self.real})"
+        positions = self.pad[0].k.shape[1] if self.pad else 0
+        return f"CrossBuffer(layers={len(self.pad)}, positions={positions}, real={self.real})"
 
     def write(self, start: int, layers: list[KV]) -> None:
         n = layers[0].k.shape[1]
-        for buf, new in zip(self.kv, layers):
-            buf.k[:, start:start + n] = new.k
-            buf.v[:, start:start + n] = new.v
-        if start + n < self.real:  # restore silence where real frames no longer reach
-            self.restore(start + n)
-        self.real = start + n
+        if start > self.real:  # the silence between stays what it was
+            for own, pad in zip(self.own, self.pad):
+                own.k[:, self.real:start] = pad.k[:, self.real:start]
+                own.v[:, self.real:start] = pad.v[:, self.real:start]
+        for own, new in zip(self.own, layers):
+            own.k[:, start:start + n] = new.k
+            own.v[:, start:start + n] = new.v
+        self.real = start + n  # (positions past it read silence again)
 
     def save(self, start: int, stop: int) -> tuple[int, int, list[tuple[torch.Tensor, torch.Tensor]]]:
         """A copy of positions ``[start, stop)`` (and of ``real``), for :meth:`load`."""
-        return start, self.real, [(kv.k[:, start:stop].clone(), kv.v[:, start:stop].clone()) for kv in self.kv]
+        stop = min(stop, self.real)
+        return start, self.real, [(kv.k[:, start:stop].clone(), kv.v[:, start:stop].clone()) for kv in self.own]
 
     def load(self, saved: tuple[int, int, list[tuple[torch.Tensor, torch.Tensor]]]) -> None:
         """Put back what :meth:`save` copied."""
         start, self.real, layers = saved
-        for kv, (k, v) in zip(self.kv, layers):
+        for kv, (k, v) in zip(self.own, layers):
             kv.k[:, start:start + k.shape[1]], kv.v[:, start:start + v.shape[1]] = k, v
 
     def restore(self, start: int) -> None:
-        for buf, pad in zip(self.kv, self.pad):
-            buf.k[:, start:self.real] = pad.k[:, start:self.real]
-            buf.v[:, start:self.real] = pad.v[:, start:self.real]
+        """Silence again from ``start`` on."""
         self.real = min(self.real, start)
+
+
+class CrossLayer(PartedKV):
+    """One layer of a :class:`CrossBuffer` as the decoder reads it: its real frames, then the
+    shared silence (:class:`~susurrus.model.whisper.PartedKV`)."""
+
+    def __init__(self, buffer: CrossBuffer, layer: int):
+        self.buffer, self.layer = buffer, layer
+
+    @property
+    def k(self) -> torch.Tensor:
+        return self.buffer.own[self.layer].k
+
+    @property
+    def v(self) -> torch.Tensor:
+        return self.buffer.own[self.layer].v
+
+    def parts(self) -> list[KV]:
+        n = self.buffer.real
+        own, pad = self.buffer.own[self.layer], self.buffer.pad[self.layer]
+        return [kv for kv in (KV(own.k[:, :n], own.v[:, :n]), KV(pad.k[:, n:], pad.v[:, n:])) if kv.k.shape[1]]
 
 
 @torch.inference_mode()

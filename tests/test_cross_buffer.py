@@ -1,0 +1,91 @@
+"""A stream's cross-attention buffer: its own frames in front, the silence every stream shares
+behind them, read as one without a copy (``CrossBuffer``, ``PartedKV``)."""
+
+from __future__ import annotations
+
+import torch
+
+from susurrus.model.caches import KV
+from susurrus.model.whisper import MultiHeadAttention
+from susurrus.streaming.state import CrossBuffer
+
+WIDTH, HEADS, POSITIONS = 64, 4, 1500
+
+
+def _silence(layers: int = 2) -> list[KV]:
+    g = torch.Generator().manual_seed(0)
+    return [KV(torch.randn(1, POSITIONS, WIDTH, generator=g), torch.randn(1, POSITIONS, WIDTH, generator=g))
+            for _ in range(layers)]
+
+
+def _frames(n: int, seed: int, layers: int = 2) -> list[KV]:
+    g = torch.Generator().manual_seed(seed)
+    return [KV(torch.randn(1, n, WIDTH, generator=g), torch.randn(1, n, WIDTH, generator=g)) for _ in range(layers)]
+
+
+def _whole(buffer: CrossBuffer, layer: int) -> KV:
+    """What the buffer's layer holds, as one copied KV: its own frames, then the silence."""
+    n = buffer.real
+    own, pad = buffer.own[layer], buffer.pad[layer]
+    return KV(torch.cat([own.k[:, :n], pad.k[:, n:]], 1), torch.cat([own.v[:, :n], pad.v[:, n:]], 1))
+
+
+@torch.inference_mode()
+def test_attention_over_the_parts_is_attention_over_the_whole():
+    torch.manual_seed(1)
+    attn = MultiHeadAttention(WIDTH, HEADS)
+    buffer = CrossBuffer(_silence())
+    for real in (0, 1, 333, POSITIONS):
+        buffer.restore(0)
+        if real:
+            buffer.write(0, _frames(real, seed=real))
+        q = torch.randn(1, 3, WIDTH)
+        for layer in range(2):
+            whole = _whole(buffer, layer)
+            out, scores = attn.mix(q, buffer.kv[layer], need_weights=True)
+            ref, ref_scores = attn.mix(q, whole, need_weights=True)
+            assert scores is not None and ref_scores is not None
+            assert scores.shape == (1, HEADS, 3, POSITIONS)
+            # the same up to float rounding (a matrix product's blocking differs with its width)
+            torch.testing.assert_close(scores, ref_scores, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+            plain, none = attn.mix(q, buffer.kv[layer])
+            assert none is None
+            torch.testing.assert_close(plain, ref, rtol=1e-5, atol=1e-6)
+
+
+@torch.inference_mode()
+def test_the_silence_is_shared_not_copied_and_reads_back_where_frames_no_longer_reach():
+    silence = _silence()
+    a, b = CrossBuffer(silence), CrossBuffer(silence)
+    a.write(0, _frames(100, seed=2))
+    b.write(0, _frames(40, seed=3))
+    for buffer, n in ((a, 100), (b, 40)):
+        own, tail = buffer.kv[0].parts()
+        assert own.k.shape[1] == n and tail.k.shape[1] == POSITIONS - n
+        assert tail.k.untyped_storage().data_ptr() == silence[0].k.untyped_storage().data_ptr()
+        assert own.k.untyped_storage().data_ptr() != silence[0].k.untyped_storage().data_ptr()
+    # a shorter write: the positions it no longer reaches read silence again
+    a.write(10, _frames(30, seed=4))
+    assert a.real == 40
+    assert torch.equal(_whole(a, 1).k[:, 40:], silence[1].k[:, 40:])
+    # a write past the real frames: the silence between stays silence
+    before = _whole(b, 0)
+    b.write(60, _frames(5, seed=5))
+    after = _whole(b, 0)
+    assert b.real == 65
+    assert torch.equal(after.k[:, :60], before.k[:, :60]) and torch.equal(after.v[:, 40:60], silence[0].v[:, 40:60])
+
+
+@torch.inference_mode()
+def test_save_and_load_put_back_frames_and_silence():
+    buffer = CrossBuffer(_silence())
+    buffer.write(0, _frames(50, seed=6))
+    before = [_whole(buffer, i) for i in range(2)]
+    saved = buffer.save(20, 80)
+    buffer.write(20, _frames(70, seed=7))  # a trial decode's frames, past the saved real end
+    assert buffer.real == 90
+    buffer.load(saved)
+    assert buffer.real == 50
+    for i in range(2):
+        assert torch.equal(_whole(buffer, i).k, before[i].k) and torch.equal(_whole(buffer, i).v, before[i].v)
