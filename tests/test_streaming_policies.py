@@ -208,6 +208,25 @@ def test_hallucination_checks_read_the_vad():
     assert FRAME_MS == 32
 
 
+def test_a_last_word_timed_into_the_silence_is_kept_where_it_was_read_over_speech():
+    """A window's last word is often timed late, against the end of the audio after the speech
+    (its punctuation is read in the silence that follows); where its tokens were read is the
+    evidence it was heard. Read in the silence too, or past the audio, it goes."""
+    vad = _vad([0.9] * 30 + [0.01] * 60)  # speech for 0.96 s, then none
+    speech_word = StreamWord(" Hello", 0.2, 0.6, 1.0, 0.9)
+    late = StreamWord(" you.", 2.5, 2.52, 3.0, 0.99)
+    assert heard([speech_word, late], vad, 0.15) == 1  # by its times alone: read in silence
+    assert heard([speech_word, late], vad, 0.15, reads=[(0.3, 0.32), (0.9, 0.92)]) == 2
+    assert heard([speech_word, late], vad, 0.15, reads=[(0.3, 0.32), (2.4, 2.42)]) == 1
+    assert heard([speech_word, late], vad, 0.15, reads=[(0.3, 0.32), None]) == 1
+    # read where the attention went back, over audio the words before it were read at (even at
+    # their last frame): the decoder reading that audio again, no evidence
+    assert heard([speech_word, late], vad, 0.15, reads=[(0.3, 0.62), (0.6, 0.62)]) == 1
+    assert heard([speech_word, late], vad, 0.15, reads=[(0.3, 0.62), (0.62, 0.64)]) == 2
+    assert heard([late], vad, 0.15, reads=[(0.9, 0.92)], read_after=0.95) == 0  # the committed words' audio
+    assert heard([late], vad, 0.15, reads=[(0.9, 0.92)], read_after=0.6) == 1
+
+
 def test_opening_guard_keeps_words_read_from_speech_whatever_their_times():
     # a window's first 1.2 s are its padding before speech: words whose alignment collapsed onto
     # its first frames lie over non-speech, while their tokens were read from the speech at 1.5 s

@@ -183,6 +183,26 @@ def test_a_word_read_after_a_pause_is_not_timed_onto_committed_speech(tiny):
     assert not collapsed, [(w.word, w.start, w.end) for w in stream.words]
 
 
+def test_a_window_s_last_word_timed_after_the_speech_is_kept(tiny):
+    """Non-native speech, step phase 0: the final decode read "her, I tell you." (" you" at
+    2.10 s, p 0.99) but DTW timed " you." at 2.58-2.60 s, squeezed against the end of the
+    audio after the speech, and the guard against words invented in the silence after speech
+    dropped it: "Go to her, I tell". Where the word was read says it was heard."""
+    stream, _, wait, bar = _longest_wait(tiny, "speechocean762_034120002", 0)
+    assert stream.text.split()[-1].strip(".,").lower() == "you", stream.text
+    assert not stream.dropped, [(w.word, w.start, w.end) for w in stream.dropped]
+
+
+@pytest.mark.parametrize("phase_ms", [320, 480])
+def test_a_window_s_end_read_again_is_not_kept_as_heard(tiny, phase_ms):
+    """Non-native speech: the final decode read "I'm not only one here, but only one here.",
+    the second "but only one here." read over the frames the first was read at (the second
+    " here" at the same frame) and timed after the speech. Where a word was read is evidence it
+    was heard only where the attention moved on past the words before it."""
+    stream, _, _, _ = _longest_wait(tiny, "speechocean762_011810246", phase_ms)
+    assert stream.text.lower().count("only one here") == 1, stream.text
+
+
 def test_an_overdue_decode_that_ended_after_a_word_commits_it(tiny):
     """Non-native speech the model reads badly, step phase 160 ms: both readings of the overdue
     window agreed on " smell", read 0.6 s before the audio's edge, and the decoder said

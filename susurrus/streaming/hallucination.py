@@ -163,14 +163,33 @@ def opening_hallucinated(words: list[StreamWord], vad_state: VadState | None, th
     return hallucination_verdict(text, fraction).drop
 
 
-def heard(words: list[StreamWord], vad_state: VadState, threshold: float) -> int:
+def heard(words: list[StreamWord], vad_state: VadState, threshold: float,
+          reads: list[tuple[float, float] | None] | None = None, read_after: float = 0.0) -> int:
     """How many of ``words`` to keep at a window's end: all but the trailing ones over audio
-    the VAD calls non-speech (under 20 % of the frames within 300 ms may be speech)."""
+    the VAD calls non-speech (under 20 % of the frames within 300 ms may be speech).
+
+    ``reads``: per word, the span (s) of the frames its tokens attended to when they were
+    decoded (None: none inside the audio). A window's last word is often timed late, squeezed
+    against the end of the audio after the speech (its closing punctuation is read in the
+    silence that follows); where it was read is the evidence it was heard, as for a window's
+    opening words (:func:`opening_hallucinated`): a word goes only when neither its times nor
+    where it was read hold speech. A word read where the attention went back, over audio the
+    words before it (or the committed words, up to ``read_after`` s) were read at, even at their
+    last frame, may be the decoder reading that audio again ("I'm not only one here, but only
+    one here.", the second " here" read at the frame of the first): where it was read is then
+    no evidence."""
+    latest = [read_after]  # latest[k]: where the words before word k were read up to
+    for read in (reads or [])[:-1]:
+        latest.append(max(latest[-1], read[1]) if read is not None else latest[-1])
     keep = len(words)
     while keep > 0:
         w = words[keep - 1]
-        fraction = speech_fraction(vad_state, w.start * 1000, w.end * 1000, threshold=threshold, pad_ms=300)
-        if fraction is None or fraction >= 0.2:
+        read = reads[keep - 1] if reads is not None else None
+        spans = [(w.start, w.end)]
+        if read is not None and read[0] >= latest[keep - 1] - 1e-6:  # read past every frame they were read at
+            spans.append(read)
+        found = [speech_fraction(vad_state, a * 1000, b * 1000, threshold=threshold, pad_ms=300) for a, b in spans]
+        if any(f is None or f >= 0.2 for f in found):
             break
         keep -= 1
     return keep

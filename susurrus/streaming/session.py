@@ -377,7 +377,8 @@ class StreamSession(WindowDecoding, VoiceActivity):
                 win.committed_end_frame = end_frame(words[-1], win)
             if final and words:  # the window's last words: one read in the silence after speech is invented,
                 # and a phrase of 3+ words said again at once is the decoder reading its audio twice
-                n_heard = (heard(words, guard_vad, cfg.gate_threshold)
+                reads = [read_span(frames[a:b], n_real, win) for a, b in zip([0, *ends], ends)]
+                n_heard = (heard(words, guard_vad, cfg.gate_threshold, reads, self.words[-1].end if self.words else 0.0)
                            if cfg.hallucination_guard and guard_vad is not None else len(words))
                 keep = min(n_heard, len(words) - repeated_tail([w.word for w in self.words[-8:] + words], len(words)))
                 if keep < len(words):
