@@ -17,6 +17,25 @@ from susurrus.streaming.vad import TurnConfig
 SR = 16000
 
 
+def _encoder_rows(net, sizes, real: int) -> list[tuple[torch.Tensor, EncoderCache, torch.Tensor | None]]:
+    """Random encoder rows ``(frames, cache, mask)``, one per ``(cached, new)`` frame count; the
+    row of 60 new frames masked as a step's silence continuation is (its first ``real`` frames
+    do not attend to the rest)."""
+    width = net.dims.n_audio_state
+    rows = []
+    with torch.inference_mode():
+        for n_past, n_new in sizes:
+            cache = EncoderCache.empty(net.dims.n_audio_layer)
+            if n_past:
+                _, cache = net.encoder.forward_frames(torch.randn(1, n_past, width), cache)
+            mask = None
+            if n_new == 60:
+                mask = torch.zeros(n_new, n_past + n_new)
+                mask[:real, n_past + real:] = -float("inf")
+            rows.append((torch.randn(1, n_new, width), cache, mask))
+    return rows
+
+
 def test_packed_passes_equal_each_row_alone(tiny_float32):
     """Rows of different lengths over caches of different lengths (one masked as the silence
     continuation is): packed outputs and caches equal each row's own forward pass (float32: a
@@ -24,16 +43,7 @@ def test_packed_passes_equal_each_row_alone(tiny_float32):
     net = tiny_float32.net
     torch.manual_seed(0)
     width = net.dims.n_audio_state
-    rows = []
-    for n_past, n_new in ((0, 7), (40, 25), (13, 60)):
-        cache = EncoderCache.empty(net.dims.n_audio_layer)
-        if n_past:
-            _, cache = net.encoder.forward_frames(torch.randn(1, n_past, width), cache)
-        mask = None
-        if n_new == 60:
-            mask = torch.zeros(n_new, n_past + n_new)
-            mask[:50, n_past + 50:] = -float("inf")
-        rows.append((torch.randn(1, n_new, width), cache, mask))
+    rows = _encoder_rows(net, ((0, 7), (40, 25), (13, 60)), real=50)
     with torch.inference_mode():
         packed = batched.encode_frames(net.encoder, rows)
         for (frames, cache, mask), (out, new_cache) in zip(rows, packed):
@@ -230,18 +240,8 @@ def test_bf16_encoder_rows_pack_exactly_where_the_cpu_allows(tiny):
         pytest.skip(f"tiny.en loaded as {tiny.compute_type}: no bfloat16 encoder on this CPU")
     assert (EncodeFrames in row_by_row(net)) == (not bf16_rows_pack_exactly(shapes, torch.get_num_threads()))
     torch.manual_seed(2)
-    width = net.dims.n_audio_state
-    calls = []
+    calls = [EncodeFrames(*row) for row in _encoder_rows(net, ((0, 107), (150, 107), (64, 1), (30, 60)), real=40)]
     with torch.inference_mode():
-        for n_past, n_new in ((0, 107), (150, 107), (64, 1), (30, 60)):
-            cache = EncoderCache.empty(net.dims.n_audio_layer)
-            if n_past:
-                _, cache = net.encoder.forward_frames(torch.randn(1, n_past, width), cache)
-            mask = None
-            if n_new == 60:
-                mask = torch.zeros(n_new, n_past + n_new)
-                mask[:40, n_past + 40:] = -float("inf")
-            calls.append(EncodeFrames(torch.randn(1, n_new, width), cache, mask))
         together = run_together(net, calls)
         for call, (out, cache) in zip(calls, together):
             ref, ref_cache = run_alone(net, call)

@@ -103,25 +103,22 @@ class MultiHeadAttention(nn.Module):
         ``need_weights`` the (pre-softmax) scores (batch, heads, T, time)."""
         if isinstance(kv, PartedKV):
             return self._mix_parts(q, kv.parts(), mask, need_weights)
+        if need_weights:
+            return self._mix_parts(q, [kv], mask, need_weights)
         b, t, d = q.shape
         h = self.n_head
         dtype = kv.k.dtype  # the attention runs in the keys' dtype, its output in the query's
         qh = q.to(dtype).view(b, t, h, d // h).transpose(1, 2)
         kh = kv.k.view(kv.k.shape[0], -1, h, d // h).transpose(1, 2)
         vh = kv.v.view(kv.v.shape[0], -1, h, d // h).transpose(1, 2)
-        if not need_weights:
-            out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=None if mask is None else mask.to(dtype))
-            return out.transpose(1, 2).reshape(b, t, d).to(q.dtype), None
-        scores = (qh @ kh.transpose(-1, -2)) * (d // h) ** -0.5
-        if mask is not None:
-            scores = scores + mask
-        weights = scores.float().softmax(dim=-1).to(dtype)
-        return (weights @ vh).transpose(1, 2).reshape(b, t, d).to(q.dtype), scores.detach()
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=None if mask is None else mask.to(dtype))
+        return out.transpose(1, 2).reshape(b, t, d).to(q.dtype), None
 
     def _mix_parts(self, q: Tensor, parts: list[KV], mask: Tensor | None,
                    need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """:meth:`mix` over consecutive parts of the keys/values: one softmax over every part's
-        scores, the values' weighted sums added part by part."""
+        """:meth:`mix` with its scores computed (kept with ``need_weights``), over consecutive
+        parts of the keys/values (one or more): one softmax over every part's scores, the values'
+        weighted sums added part by part."""
         b, t, d = q.shape
         h = self.n_head
         dtype = parts[0].k.dtype
