@@ -1,21 +1,22 @@
 """A stream's cross-attention buffer: its own frames in front, the silence every stream shares
-behind them, read as one without a copy (``CrossBuffer``, ``PartedKV``)."""
+behind them, read as one without a copy (``CrossBuffer``, ``PartedKV``), kept head by head
+(``HeadKV``)."""
 
 from __future__ import annotations
 
 import torch
 
-from susurrus.model.caches import KV
+from susurrus.model.caches import KV, HeadKV, heads_of
 from susurrus.model.whisper import MultiHeadAttention
 from susurrus.streaming.state import CrossBuffer
 
 WIDTH, HEADS, POSITIONS = 64, 4, 1500
 
 
-def _silence(layers: int = 2) -> list[KV]:
+def _silence(layers: int = 2) -> list[HeadKV]:
     g = torch.Generator().manual_seed(0)
-    return [KV(torch.randn(1, POSITIONS, WIDTH, generator=g), torch.randn(1, POSITIONS, WIDTH, generator=g))
-            for _ in range(layers)]
+    return [HeadKV.of(KV(torch.randn(1, POSITIONS, WIDTH, generator=g), torch.randn(1, POSITIONS, WIDTH, generator=g)),
+                      HEADS) for _ in range(layers)]
 
 
 def _frames(n: int, seed: int, layers: int = 2) -> list[KV]:
@@ -24,10 +25,17 @@ def _frames(n: int, seed: int, layers: int = 2) -> list[KV]:
 
 
 def _whole(buffer: CrossBuffer, layer: int) -> KV:
-    """What the buffer's layer holds, as one copied KV: its own frames, then the silence."""
+    """What the buffer's layer holds, as one copied KV (batch, time, width): its own frames,
+    then the silence."""
     n = buffer.real
     own, pad = buffer.own[layer], buffer.pad[layer]
-    return KV(torch.cat([own.k[:, :n], pad.k[:, n:]], 1), torch.cat([own.v[:, :n], pad.v[:, n:]], 1))
+    k, v = torch.cat([own.k[:, :, :n], pad.k[:, :, n:]], 2), torch.cat([own.v[:, :, :n], pad.v[:, :, n:]], 2)
+    return KV(k.transpose(1, 2).reshape(1, POSITIONS, WIDTH), v.transpose(1, 2).reshape(1, POSITIONS, WIDTH))
+
+
+def _whole_silence(silence: list[HeadKV], layer: int) -> KV:
+    pad = silence[layer]
+    return KV(pad.k.transpose(1, 2).reshape(1, POSITIONS, WIDTH), pad.v.transpose(1, 2).reshape(1, POSITIONS, WIDTH))
 
 
 @torch.inference_mode()
@@ -62,19 +70,20 @@ def test_the_silence_is_shared_not_copied_and_reads_back_where_frames_no_longer_
     b.write(0, _frames(40, seed=3))
     for buffer, n in ((a, 100), (b, 40)):
         own, tail = buffer.kv[0].parts()
-        assert own.k.shape[1] == n and tail.k.shape[1] == POSITIONS - n
+        assert own.length == n and tail.length == POSITIONS - n
         assert tail.k.untyped_storage().data_ptr() == silence[0].k.untyped_storage().data_ptr()
         assert own.k.untyped_storage().data_ptr() != silence[0].k.untyped_storage().data_ptr()
     # a shorter write: the positions it no longer reaches read silence again
     a.write(10, _frames(30, seed=4))
     assert a.real == 40
-    assert torch.equal(_whole(a, 1).k[:, 40:], silence[1].k[:, 40:])
+    assert torch.equal(_whole(a, 1).k[:, 40:], _whole_silence(silence, 1).k[:, 40:])
     # a write past the real frames: the silence between stays silence
     before = _whole(b, 0)
     b.write(60, _frames(5, seed=5))
     after = _whole(b, 0)
     assert b.real == 65
-    assert torch.equal(after.k[:, :60], before.k[:, :60]) and torch.equal(after.v[:, 40:60], silence[0].v[:, 40:60])
+    assert torch.equal(after.k[:, :60], before.k[:, :60])
+    assert torch.equal(after.v[:, 40:60], _whole_silence(silence, 0).v[:, 40:60])
 
 
 @torch.inference_mode()
@@ -89,3 +98,24 @@ def test_save_and_load_put_back_frames_and_silence():
     assert buffer.real == 50
     for i in range(2):
         assert torch.equal(_whole(buffer, i).k, before[i].k) and torch.equal(_whole(buffer, i).v, before[i].v)
+
+
+@torch.inference_mode()
+def test_keys_kept_head_by_head_give_the_same_bits_as_read_from_the_projection_s_layout():
+    """The buffer keeps its keys/values head by head (a query reads a head's keys as one
+    contiguous block); the products are the same: the same scores and output, bit for bit, as the
+    same parts read through strided views of the (batch, time, width) projections."""
+    torch.manual_seed(2)
+    attn = MultiHeadAttention(WIDTH, HEADS)
+    frames = _frames(333, seed=8, layers=1)[0]
+    pad = _whole_silence(_silence(1), 0)
+    buffer = CrossBuffer(_silence(1))
+    buffer.write(0, [frames])
+    strided = [HeadKV(heads_of(frames.k, HEADS), heads_of(frames.v, HEADS)),
+               HeadKV(heads_of(pad.k, HEADS)[:, :, 333:], heads_of(pad.v, HEADS)[:, :, 333:])]
+    assert not strided[0].k.is_contiguous()
+    for t in (1, 3):
+        q = torch.randn(1, t, WIDTH)
+        out, scores = attn.mix(q, buffer.kv[0], need_weights=True)
+        ref, ref_scores = attn._mix_parts(q, strided, None, need_weights=True)
+        assert torch.equal(out, ref) and scores is not None and torch.equal(scores, ref_scores)

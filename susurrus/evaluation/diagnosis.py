@@ -26,10 +26,10 @@ import torch
 from susurrus.audio.features import DYNAMIC_RANGE, N_FRAMES, normalize
 from susurrus.evaluation.alignment import edit_table
 from susurrus.evaluation.metrics import normalize as normalize_text
-from susurrus.model.caches import KV
+from susurrus.model.caches import HeadKV
 from susurrus.model.whisper import Whisper
 from susurrus.streaming.encoder import EncoderState
-from susurrus.streaming.session import StreamConfig, StreamSession
+from susurrus.streaming.session import StreamConfig, StreamSession, silence_cross_kv
 
 # settings StreamConfig validates to a range this benchmark goes past, and how far it may go
 UNCHECKED_MAX = {"lookahead_ms": 30000}
@@ -112,15 +112,13 @@ class PaddedWindowSession(StreamSession):
         features = self.net.embed_audio(padded[None])
         self.cross.write(0, self.net.decoder.cross_kv(features))
 
-
 @torch.inference_mode()
-def static_silence(net: Whisper, level: float) -> list[KV]:
+def static_silence(net: Whisper, level: float) -> list[HeadKV]:
     """Cross keys/values of the encoder output of 30 s of a constant normalised log-mel
     ``level``, encoded on its own: what the engine puts behind the audio (``silence_cross_kv``:
     ``SILENCE_LEVEL``, -0.7 since b9fab33, the log-mel floor under speech peaking at ~1.2;
     0 before)."""
-    mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), float(level))
-    return net.decoder.cross_kv(net.encoder(mel))
+    return silence_cross_kv(net, float(level))
 
 
 def session_class(overrides: dict[str, Any]) -> type[StreamSession]:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from susurrus.model.caches import KV, DecoderCache, EncoderCache, PartedKV
+from susurrus.model.caches import KV, DecoderCache, EncoderCache, HeadKV, PartedKV, heads_of
 
 
 @dataclass(frozen=True)
@@ -103,36 +103,32 @@ class MultiHeadAttention(nn.Module):
         ``need_weights`` the (pre-softmax) scores (batch, heads, T, time)."""
         if isinstance(kv, PartedKV):
             return self._mix_parts(q, kv.parts(), mask, need_weights)
-        if need_weights:
-            return self._mix_parts(q, [kv], mask, need_weights)
-        b, t, d = q.shape
         h = self.n_head
+        if need_weights:
+            return self._mix_parts(q, [HeadKV(heads_of(kv.k, h), heads_of(kv.v, h))], mask, need_weights)
+        b, t, d = q.shape
         dtype = kv.k.dtype  # the attention runs in the keys' dtype, its output in the query's
-        qh = q.to(dtype).view(b, t, h, d // h).transpose(1, 2)
-        kh = kv.k.view(kv.k.shape[0], -1, h, d // h).transpose(1, 2)
-        vh = kv.v.view(kv.v.shape[0], -1, h, d // h).transpose(1, 2)
-        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=None if mask is None else mask.to(dtype))
+        qh = heads_of(q.to(dtype), h)
+        out = F.scaled_dot_product_attention(qh, heads_of(kv.k, h), heads_of(kv.v, h),
+                                             attn_mask=None if mask is None else mask.to(dtype))
         return out.transpose(1, 2).reshape(b, t, d).to(q.dtype), None
 
-    def _mix_parts(self, q: Tensor, parts: list[KV], mask: Tensor | None,
+    def _mix_parts(self, q: Tensor, parts: list[HeadKV], mask: Tensor | None,
                    need_weights: bool) -> tuple[Tensor, Tensor | None]:
         """:meth:`mix` with its scores computed (kept with ``need_weights``), over consecutive
-        parts of the keys/values (one or more): one softmax over every part's scores, the values'
-        weighted sums added part by part."""
+        parts of the keys/values (one or more, head by head): one softmax over every part's
+        scores, the values' weighted sums added part by part."""
         b, t, d = q.shape
-        h = self.n_head
         dtype = parts[0].k.dtype
-        qh = q.to(dtype).view(b, t, h, d // h).transpose(1, 2)
-        heads = [(kv.k.view(kv.k.shape[0], -1, h, d // h).transpose(1, 2),
-                  kv.v.view(kv.v.shape[0], -1, h, d // h).transpose(1, 2)) for kv in parts]
-        scores = torch.cat([qh @ kh.transpose(-1, -2) for kh, _ in heads], dim=-1) * (d // h) ** -0.5
+        qh = heads_of(q.to(dtype), self.n_head)
+        scores = torch.cat([qh @ kv.k.transpose(-1, -2) for kv in parts], dim=-1) * (d // self.n_head) ** -0.5
         if mask is not None:
             scores = scores + mask
         weights = scores.float().softmax(dim=-1).to(dtype)
         out, at = None, 0
-        for _, vh in heads:
-            n = vh.shape[2]
-            part = weights[..., at:at + n] @ vh
+        for kv in parts:
+            n = kv.length
+            part = weights[..., at:at + n] @ kv.v
             out, at = part if out is None else out + part, at + n
         assert out is not None
         return out.transpose(1, 2).reshape(b, t, d).to(q.dtype), scores.detach() if need_weights else None

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from susurrus.decoding.decode import LogitRules
-from susurrus.model.caches import KV, DecoderCache, PartedKV
+from susurrus.model.caches import KV, DecoderCache, HeadKV, PartedKV, heads_of
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import Whisper
 from susurrus.streaming.config import SILENCE_LEVEL
@@ -62,40 +62,44 @@ class CrossBuffer:
     window's real frames (this stream's own storage, at the front) and behind them the encoder
     output of silence (projected once per model and shared by every stream, not copied: each
     decoder token reads all 1500 positions, so a copy per stream would be read from memory
-    again for every stream). ``kv``: one :class:`CrossLayer` per layer, reading the buffer as
-    it is when used."""
+    again for every stream). Both are kept head by head (:class:`~susurrus.model.caches.HeadKV`),
+    the layout a decoder token's attention reads. ``kv``: one :class:`CrossLayer` per layer,
+    reading the buffer as it is when used."""
 
-    def __init__(self, pad: list[KV]):
+    def __init__(self, pad: list[HeadKV]):
         self.pad = pad
-        self.own = [KV(torch.empty_like(p.k), torch.empty_like(p.v)) for p in pad]
+        self.own = [HeadKV(torch.empty_like(p.k), torch.empty_like(p.v)) for p in pad]
         self.real = 0  # positions holding real frames: own[:real], then pad[real:]
         self.kv = [CrossLayer(self, i) for i in range(len(pad))]
 
     def __repr__(self) -> str:
-        positions = self.pad[0].k.shape[1] if self.pad else 0
+        positions = self.pad[0].length if self.pad else 0
         return f"CrossBuffer(layers={len(self.pad)}, positions={positions}, real={self.real})"
 
     def write(self, start: int, layers: list[KV]) -> None:
+        """Frames' keys/values (``layers``: (1, n, width) each, as the decoder projects them) at
+        positions ``[start, start + n)``; positions past them read silence again."""
         n = layers[0].k.shape[1]
         if start > self.real:  # the silence between stays what it was
             for own, pad in zip(self.own, self.pad):
-                own.k[:, self.real:start] = pad.k[:, self.real:start]
-                own.v[:, self.real:start] = pad.v[:, self.real:start]
+                own.k[:, :, self.real:start] = pad.k[:, :, self.real:start]
+                own.v[:, :, self.real:start] = pad.v[:, :, self.real:start]
         for own, new in zip(self.own, layers):
-            own.k[:, start:start + n] = new.k
-            own.v[:, start:start + n] = new.v
+            h = own.k.shape[1]
+            own.k[:, :, start:start + n] = heads_of(new.k, h)
+            own.v[:, :, start:start + n] = heads_of(new.v, h)
         self.real = start + n  # (positions past it read silence again)
 
     def save(self, start: int, stop: int) -> tuple[int, int, list[tuple[torch.Tensor, torch.Tensor]]]:
         """A copy of positions ``[start, stop)`` (and of ``real``), for :meth:`load`."""
         stop = min(stop, self.real)
-        return start, self.real, [(kv.k[:, start:stop].clone(), kv.v[:, start:stop].clone()) for kv in self.own]
+        return start, self.real, [(kv.k[:, :, start:stop].clone(), kv.v[:, :, start:stop].clone()) for kv in self.own]
 
     def load(self, saved: tuple[int, int, list[tuple[torch.Tensor, torch.Tensor]]]) -> None:
         """Put back what :meth:`save` copied."""
         start, self.real, layers = saved
         for kv, (k, v) in zip(self.own, layers):
-            kv.k[:, start:start + k.shape[1]], kv.v[:, start:start + v.shape[1]] = k, v
+            kv.k[:, :, start:start + k.shape[2]], kv.v[:, :, start:start + v.shape[2]] = k, v
 
     def restore(self, start: int) -> None:
         """Silence again from ``start`` on."""
@@ -104,7 +108,7 @@ class CrossBuffer:
 
 class CrossLayer(PartedKV):
     """One layer of a :class:`CrossBuffer` as the decoder reads it: its real frames, then the
-    shared silence (:class:`~susurrus.model.whisper.PartedKV`)."""
+    shared silence (:class:`~susurrus.model.caches.PartedKV`)."""
 
     def __init__(self, buffer: CrossBuffer, layer: int):
         self.buffer, self.layer = buffer, layer
@@ -117,19 +121,19 @@ class CrossLayer(PartedKV):
     def v(self) -> torch.Tensor:
         return self.buffer.own[self.layer].v
 
-    def parts(self) -> list[KV]:
+    def parts(self) -> list[HeadKV]:
         n = self.buffer.real
         own, pad = self.buffer.own[self.layer], self.buffer.pad[self.layer]
-        return [kv for kv in (KV(own.k[:, :n], own.v[:, :n]), KV(pad.k[:, n:], pad.v[:, n:])) if kv.k.shape[1]]
+        return [kv for kv in (own.narrow(0, n), pad.narrow(n, pad.length - n)) if kv.length]
 
 
 @torch.inference_mode()
-def silence_cross_kv(net: Whisper, level: float = SILENCE_LEVEL) -> list[KV]:
+def silence_cross_kv(net: Whisper, level: float = SILENCE_LEVEL) -> list[HeadKV]:
     """Cross keys/values of the encoder output for a window of digital silence (normalised
-    log-mel ``level``). One padded encode (~0.4 s with tiny): compute it once per model and
-    share it between sessions (``WhisperModel.stream`` does)."""
+    log-mel ``level``), head by head. One padded encode (~0.4 s with tiny): compute it once per
+    model and share it between sessions (``WhisperModel.stream`` does)."""
     mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), level)
-    return net.decoder.cross_kv(net.encoder(mel))
+    return [HeadKV.of(kv, net.dims.n_text_head) for kv in net.decoder.cross_kv(net.encoder(mel))]
 
 
 
