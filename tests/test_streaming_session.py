@@ -206,3 +206,23 @@ def test_bench_reports_what_the_phase_alone_moves(tiny, dev_items):
     assert cells[8] == f"{unlike} of 2"
     report = bench.report(results)
     assert "Step phases" in report and "640/1000/500 phase 320" in report
+
+
+def test_the_diagnosis_oracle_streams_over_a_whole_window_encoding(tiny, dev_item):
+    """``benchmarks/base_diagnosis.py``'s oracle row (``encoder=padded``): the engine's decoder
+    and policy over the window encoded whole at every step. Its cross-attention update is a step
+    generator like the session's own (it once returned None there and the row crashed)."""
+    from susurrus.evaluation.diagnosis import build_config, parse_overrides, session_class
+
+    item = dev_item("ljspeech_LJ001-0002")
+    overrides = parse_overrides("encoder=padded")
+    config = build_config(overrides, language="en")
+    cls = session_class(overrides)
+    assert cls is not type(tiny.stream())
+    session = cls(tiny.net, tiny.tokenizer, config, None, None)
+    block = config.chunk_ms * 16
+    audio = decode_audio(item.audio)
+    for i in range(0, len(audio), block):
+        session.feed(audio[i:i + block])
+    session.finish()
+    assert session.text.strip() and corpus_error_rate([(item.text, session.text)]) < 15

@@ -28,6 +28,7 @@ from susurrus.evaluation.alignment import edit_table
 from susurrus.evaluation.metrics import normalize as normalize_text
 from susurrus.model.caches import HeadKV
 from susurrus.model.whisper import Whisper
+from susurrus.streaming.calls import Steps
 from susurrus.streaming.encoder import EncoderState
 from susurrus.streaming.session import StreamConfig, StreamSession, silence_cross_kv
 
@@ -103,7 +104,8 @@ class PaddedWindowSession(StreamSession):
 
     pad_level: float | None = None
 
-    def _update_cross(self, before: EncoderState, enc: EncoderState) -> None:
+    def _update_cross(self, before: EncoderState, enc: EncoderState) -> Steps[None]:
+        yield from ()  # a generator, as the session's step expects, of no model calls: the oracle's run here
         mel = self.window.mel[:, :N_FRAMES]
         top = self.mel_state.running_max
         level = (top - DYNAMIC_RANGE + 4.0) / 4.0 if self.pad_level is None else self.pad_level
