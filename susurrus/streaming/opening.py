@@ -35,7 +35,7 @@ from susurrus.model.whisper import TextDecoder, Whisper
 from susurrus.streaming.calls import CrossKV, DecodeTokens, Steps
 from susurrus.streaming.config import StreamConfig
 from susurrus.streaming.encoder import EncoderState, encode_steps
-from susurrus.streaming.greedy import attention_at, scored
+from susurrus.streaming.greedy import attention_at, best, scored
 from susurrus.streaming.hallucination import opening_hallucinated
 from susurrus.streaming.state import CrossBuffer, WindowState
 from susurrus.streaming.vad import VadState
@@ -77,7 +77,7 @@ def _pick(dec: TextDecoder, rules: LogitRules, hidden: torch.Tensor, approx: tor
     """Position ``i``'s greedy token after ``seq`` (scored as a step scores it), its
     probability, the frame it read and its alignment-head attention."""
     row = scored(dec, rules, hidden, approx, i, seq)
-    token = int(row.argmax())
+    token = best(row)
     attn, frame = attention_at(qk, i)
     return token, float(torch.softmax(row, -1)[token]), frame, attn
 
