@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -123,3 +125,31 @@ def test_silence_context_leaves_the_audio_frames_unchanged(tiny_float32, audio):
     # the continuation differs from silence encoded alone (it heard the speech)
     alone = tiny.net.encoder(torch.full((1, tiny.net.dims.n_mels, 3000), (top - 8 + 4) / 4))
     assert (with_silence.silence_out[0] - alone[0, 199:224]).abs().mean() > 0.05
+
+
+def test_a_step_reuses_the_provisional_frames_stems_only_under_the_same_running_maximum(tiny_float32, audio):
+    """A step computes the conv stem of its new frames only: the provisional frames' stems come
+    from the step before (a frame's stem is final once its mel is), unless the running maximum
+    that normalises them has risen since; and the silence continuation's frames past the third
+    read the floor alone, so they share the third's stem. The outputs are those of computing
+    every stem afresh (up to the conv's rounding for another frame range)."""
+    net = tiny_float32.net
+    power = mel_power(audio[: 16000 * 6])[:, :600]
+    top = float(power.max())
+
+    def fresh(state: EncoderState, mel: torch.Tensor, top: float) -> EncoderState:
+        return encode_step(net, replace(state, stems=None), mel, 20, running_max=top, silence=25)
+
+    first = encode_step(net, EncoderState.empty(net), power[:, :301], 20, running_max=top, silence=25)
+    assert first.stems is not None and first.stems.shape[1] == first.provisional_out.shape[1] == 20
+    assert first.stems_max == top
+    reused = encode_step(net, first, power[:, :365], 20, running_max=top, silence=25)
+    again = fresh(first, power[:, :365], top)
+    assert torch.allclose(reused.outputs(), again.outputs(), atol=1e-4)
+    assert (reused.silence_out - again.silence_out).abs().max() < 1e-3
+    # a louder frame raised the maximum: the old stems are not reused
+    louder = top + 1.0
+    raised = encode_step(net, first, power[:, :365], 20, running_max=louder, silence=25)
+    assert raised.stems_max == louder
+    assert torch.allclose(raised.outputs(), fresh(first, power[:, :365], louder).outputs(), atol=1e-4)
+    assert not torch.allclose(raised.outputs(), reused.outputs(), atol=1e-2)

@@ -4,8 +4,10 @@ Audio frames are encoded once. At each step the frames that became available are
 together (they attend to each other and to the cached keys/values of all earlier frames);
 the last ``lookahead`` of them stay *provisional*: their outputs are used, but their keys and
 values are not cached, and they are recomputed at the next step with more future in view.
-The conv stem is computed exactly for the new frames from a 2-frame mel margin, so the frames
-equal those of the full stem. With unlimited look-ahead the result is the full encoder.
+The conv stem is computed for the new frames only, from a 2-frame mel margin, so the frames
+equal those of the full stem (up to the conv's rounding); the provisional frames' stems are kept
+from the step before (``EncoderState.stems``). With unlimited look-ahead the result is the full
+encoder.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ class EncoderState:
     # (1, p, width): the first frames of the silence after the audio, encoded as its
     # continuation (they attend to the audio; the audio's frames do not attend to them)
     silence_out: torch.Tensor | None = None
+    # (1, k, width): the provisional frames' conv stem outputs, normalised with ``stems_max``:
+    # a frame's stem is final once its mel is, so the next step computes only the new frames'
+    stems: torch.Tensor | None = None
+    stems_max: float | None = None
 
     @classmethod
     def empty(cls, net: Whisper) -> EncoderState:
@@ -49,6 +55,9 @@ class EncoderState:
         """The outputs of the frames the last step finalised and of the provisional ones:
         frames ``[finalized - new_final.shape[1], frames)``."""
         return torch.cat([self.new_final, self.provisional_out], dim=1)
+
+
+SILENCE_EDGE = 3  # silence frames whose stem reads the audio's last mel frames (frame j reads mel 2j-2 .. 2j+2)
 
 
 def normalize_frames(log_mel: torch.Tensor, running_max: float) -> torch.Tensor:
@@ -122,15 +131,28 @@ def encode_steps(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead
     start = state.finalized
     if available <= start:  # nothing new: nothing finalised by this step
         return replace(state, new_final=state.new_final[:, :0])
-    frames = stem_frames(net, mel, start, available, running_max)
+    # the provisional frames' stems from the last step (their mel has not changed; the running
+    # maximum they were normalised with must not have either), then the new frames'
+    cached = 0
+    if state.stems is not None and running_max is not None and state.stems_max == running_max:
+        cached = min(state.stems.shape[1], available - start)
+    stems = stem_frames(net, mel, start + cached, available, running_max)
+    if cached:
+        stems = torch.cat([state.stems[:, :cached], stems], dim=1)
+    frames = stems
     silence = max(0, min(silence, net.dims.n_audio_ctx - available))
     mask = None
     if silence:
         # the floor: log10 power max - 8 (normalised here), or max - 2 once normalised
         floor = running_max - DYNAMIC_RANGE if running_max is not None else float(mel.max()) - DYNAMIC_RANGE / 4
         m_end = min(mel.shape[1], 2 * available + 2)  # mel frames the pad's first frames read
-        ext = torch.cat([mel[:, :m_end], torch.full((mel.shape[0], 2 * silence + 2), floor)], dim=1)
-        frames = torch.cat([frames, stem_frames(net, ext, available, available + silence, running_max)], dim=1)
+        # a silence frame from the third on reads the floor alone: its stem is the third's
+        edge = min(silence, SILENCE_EDGE)
+        ext = torch.cat([mel[:, :m_end], torch.full((mel.shape[0], 2 * edge + 2), floor)], dim=1)
+        pad = stem_frames(net, ext, available, available + edge, running_max)
+        if silence > edge:
+            pad = torch.cat([pad, pad[:, -1:].expand(-1, silence - edge, -1)], dim=1)
+        frames = torch.cat([frames, pad], dim=1)
         n_new = available - start
         mask = torch.zeros(n_new + silence, state.cache.length + n_new + silence)
         mask[:n_new, state.cache.length + n_new:] = -float("inf")
@@ -146,4 +168,5 @@ def encode_steps(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead
     total = start + keep  # frames whose keys/values are cached from now on
     # the provisional frames' keys/values are dead: the next step's frames are written in their place
     layers: list[KV | None] = [None if kv is None or total == 0 else kv.keep(total) for kv in cache.layers]
-    return EncoderState(EncoderCache(layers), total, out[:, :keep], out[:, keep:], silence_out)
+    return EncoderState(EncoderCache(layers), total, out[:, :keep], out[:, keep:], silence_out,
+                        stems[:, keep:], running_max)
