@@ -75,7 +75,6 @@ from susurrus.evaluation.diagnosis import (
     error_profile,
     parse_overrides,
     session_class,
-    static_silence,
 )
 from susurrus.evaluation.metrics import error_counts
 from susurrus.streaming.session import silence_cross_kv
@@ -152,7 +151,7 @@ def score(item, audio_s: float, text: str, words: list, cpu_s: float, offline_wo
                    reps >= 3 and reps > ref_reps, error_profile(item.text, text))
 
 
-_SILENCES: dict[float, list] = {}  # static_silence per level
+_SILENCES: dict[float, list] = {}  # silence_cross_kv per level
 
 
 def stream_engine(net, tokenizer, audio: np.ndarray, spec: str, silence, vad):
@@ -161,7 +160,7 @@ def stream_engine(net, tokenizer, audio: np.ndarray, spec: str, silence, vad):
     if "silence" in overrides:
         level = float(overrides["silence"])
         if level not in _SILENCES:
-            _SILENCES[level] = static_silence(net, level)
+            _SILENCES[level] = silence_cross_kv(net, level)
         silence = _SILENCES[level]
     session = session_class(overrides)(net, tokenizer, config, silence, vad)
     block = CHUNK_MS * 16

@@ -188,7 +188,7 @@ def test_a_window_s_last_word_timed_after_the_speech_is_kept(tiny):
     2.10 s, p 0.99) but DTW timed " you." at 2.58-2.60 s, squeezed against the end of the
     audio after the speech, and the guard against words invented in the silence after speech
     dropped it: "Go to her, I tell". Where the word was read says it was heard."""
-    stream, _, wait, bar = _longest_wait(tiny, "speechocean762_034120002", 0)
+    stream, *_ = _longest_wait(tiny, "speechocean762_034120002", 0)
     assert stream.text.split()[-1].strip(".,").lower() == "you", stream.text
     assert not stream.dropped, [(w.word, w.start, w.end) for w in stream.dropped]
 
@@ -199,7 +199,7 @@ def test_a_window_s_end_read_again_is_not_kept_as_heard(tiny, phase_ms):
     the second "but only one here." read over the frames the first was read at (the second
     " here" at the same frame) and timed after the speech. Where a word was read is evidence it
     was heard only where the attention moved on past the words before it."""
-    stream, _, _, _ = _longest_wait(tiny, "speechocean762_011810246", phase_ms)
+    stream, *_ = _longest_wait(tiny, "speechocean762_011810246", phase_ms)
     assert stream.text.lower().count("only one here") == 1, stream.text
 
 

@@ -5,7 +5,9 @@
   accepts (``lookahead_ms`` up to 30 000: the whole window re-encoded in both directions at
   every step);
 * ``silence=LEVEL``: the engine with the silence behind the audio encoded (once, on its own)
-  from another constant log-mel level (:func:`static_silence`);
+  from another constant log-mel level (``silence_cross_kv(net, LEVEL)``; the engine's is
+  ``SILENCE_LEVEL``, -0.7 since b9fab33, the log-mel floor under speech peaking at ~1.2; 0
+  before);
 * :class:`PaddedWindowSession`: the oracle encoder, the same decoder and commit policy over the
   encoder output of the whole window padded to 30 s and encoded at once at every step, as
   offline Whisper (and SimulStreaming) read it: every frame hears all the audio, and the
@@ -26,11 +28,9 @@ import torch
 from susurrus.audio.features import DYNAMIC_RANGE, N_FRAMES, normalize
 from susurrus.evaluation.alignment import edit_table
 from susurrus.evaluation.metrics import normalize as normalize_text
-from susurrus.model.caches import HeadKV
-from susurrus.model.whisper import Whisper
 from susurrus.streaming.calls import Steps
 from susurrus.streaming.encoder import EncoderState
-from susurrus.streaming.session import StreamConfig, StreamSession, silence_cross_kv
+from susurrus.streaming.session import StreamConfig, StreamSession
 
 # settings StreamConfig validates to a range this benchmark goes past, and how far it may go
 UNCHECKED_MAX = {"lookahead_ms": 30000}
@@ -113,14 +113,6 @@ class PaddedWindowSession(StreamSession):
         padded[:, :mel.shape[1]] = normalize(mel, top)
         features = self.net.embed_audio(padded[None])
         self.cross.write(0, self.net.decoder.cross_kv(features))
-
-@torch.inference_mode()
-def static_silence(net: Whisper, level: float) -> list[HeadKV]:
-    """Cross keys/values of the encoder output of 30 s of a constant normalised log-mel
-    ``level``, encoded on its own: what the engine puts behind the audio (``silence_cross_kv``:
-    ``SILENCE_LEVEL``, -0.7 since b9fab33, the log-mel floor under speech peaking at ~1.2;
-    0 before)."""
-    return silence_cross_kv(net, float(level))
 
 
 def session_class(overrides: dict[str, Any]) -> type[StreamSession]:

@@ -57,7 +57,9 @@ class EncoderState:
         return torch.cat([self.new_final, self.provisional_out], dim=1)
 
 
-SILENCE_EDGE = 3  # silence frames whose stem reads the audio's last mel frames (frame j reads mel 2j-2 .. 2j+2)
+# silence frames whose stem is computed: frame j reads mel 2j-2 .. 2j+2, so the first two after
+# the audio read its last mel frames and the third reads the floor alone, as every one after it
+SILENCE_EDGE = 3
 
 
 def normalize_frames(log_mel: torch.Tensor, running_max: float) -> torch.Tensor:
@@ -139,7 +141,7 @@ def encode_steps(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead
     stems = stem_frames(net, mel, start + cached, available, running_max)
     if cached:
         stems = torch.cat([state.stems[:, :cached], stems], dim=1)
-    frames = stems
+    frames = stems  # (and the silence continuation's, below)
     silence = max(0, min(silence, net.dims.n_audio_ctx - available))
     mask = None
     if silence:

@@ -174,10 +174,10 @@ def heard(words: list[StreamWord], vad_state: VadState, threshold: float,
     silence that follows); where it was read is the evidence it was heard, as for a window's
     opening words (:func:`opening_hallucinated`): a word goes only when neither its times nor
     where it was read hold speech. A word read where the attention went back, over audio the
-    words before it were read at (even at their last frame) or the committed words cover (up to
-    ``read_after`` s, the last one's end), may be the decoder reading that audio again ("I'm not only one here, but only
-    one here.", the second " here" read at the frame of the first): where it was read is then
-    no evidence."""
+    words before it were read at (even at their last frame) or the committed words cover (up
+    to ``read_after`` s, the last one's end), may be the decoder reading that audio again ("I'm
+    not only one here, but only one here.", the second " here" read at the frame of the
+    first): where it was read is then no evidence."""
     latest = [read_after]  # latest[k]: where the words before word k were read up to
     for read in (reads or [])[:-1]:
         latest.append(max(latest[-1], read[1]) if read is not None else latest[-1])
