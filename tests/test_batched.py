@@ -228,17 +228,27 @@ def test_bench_streams_items_together_with_the_same_results(tiny, dev_items):
 
 
 def test_bf16_encoder_rows_pack_exactly_where_the_cpu_allows(tiny):
-    """A bf16 encoder's rows of a round run packed where this CPU's bfloat16 kernels give a
-    block of rows the products it gets alone (``calls.bf16_rows_pack_exactly``, probed), else
-    one by one; either way every row's outputs and cache are bit-identical to its pass alone,
-    a one-frame row's too (its products take another kernel: it runs alone)."""
-    from susurrus.streaming.calls import EncodeFrames, bf16_rows_pack_exactly, row_by_row, run_alone, run_together
+    """A bf16 encoder's rows of a round run packed, its layers of a shape this CPU's bfloat16
+    kernels round differently with the rows around them (``calls.split_layers``, probed) row by
+    row inside the packed pass, and one by one only where no layer packs exactly; either way
+    every row's outputs and cache are bit-identical to its pass alone, a one-frame row's too
+    (its products take another kernel: it runs alone)."""
+    from susurrus.streaming.calls import (
+        EncodeFrames,
+        bf16_packs_exactly,
+        row_by_row,
+        run_alone,
+        run_together,
+        split_layers,
+    )
 
     net = tiny.net
-    shapes = tuple(sorted({tuple(m.weight.shape) for m in net.encoder.blocks.modules() if hasattr(m, "product")}))
+    shapes = {tuple(m.weight.shape) for m in net.encoder.blocks.modules() if hasattr(m, "product")}
     if not shapes:
         pytest.skip(f"tiny.en loaded as {tiny.compute_type}: no bfloat16 encoder on this CPU")
-    assert (EncodeFrames in row_by_row(net)) == (not bf16_rows_pack_exactly(shapes, torch.get_num_threads()))
+    split = split_layers(net)
+    assert split == {s for s in shapes if not bf16_packs_exactly(s, torch.get_num_threads())}
+    assert (EncodeFrames in row_by_row(net)) == (split >= shapes)
     torch.manual_seed(2)
     calls = [EncodeFrames(*row) for row in _encoder_rows(net, ((0, 107), (150, 107), (64, 1), (30, 60)), real=40)]
     with torch.inference_mode():
@@ -247,6 +257,36 @@ def test_bf16_encoder_rows_pack_exactly_where_the_cpu_allows(tiny):
             ref, ref_cache = run_alone(net, call)
             assert torch.equal(out, ref)
             assert torch.equal(cache.layers[-1].k, ref_cache.layers[-1].k)
+
+
+def test_layers_split_from_a_packed_pass_multiply_each_row_alone(tiny_float32):
+    """A packed pass whose linear layers all multiply row by row (``split``) gives every row
+    bit for bit what it gets alone, on any CPU (float32: packed, its products round with the
+    number of rows); splitting only the MLP's second layer changes that layer's rounding only."""
+    net = tiny_float32.net
+    torch.manual_seed(3)
+    rows = _encoder_rows(net, ((0, 107), (150, 82), (30, 60)), real=40)
+    every = {tuple(m.weight.shape) for m in net.encoder.blocks.modules() if isinstance(m, torch.nn.Linear)}
+    with torch.inference_mode():
+        split = batched.encode_frames(net.encoder, rows, split=every)
+        for (frames, cache, mask), (out, new_cache) in zip(rows, split):
+            ref, ref_cache = net.encoder.forward_frames(frames, cache, mask)
+            assert torch.equal(out, ref)
+            assert all(torch.equal(a.k, b.k) and torch.equal(a.v, b.v)
+                       for a, b in zip(new_cache.layers, ref_cache.layers))
+        seen: dict[str, list[int]] = {"up": [], "down": []}
+        hooks = [block.mlp[i].register_forward_hook(lambda m, a, _, k=k: seen[k].append(a[0].shape[0]))
+                 for block in net.encoder.blocks for i, k in ((0, "up"), (2, "down"))]
+        try:
+            some = batched.encode_frames(net.encoder, rows, split={tuple(net.encoder.blocks[0].mlp[2].weight.shape)})
+        finally:
+            for hook in hooks:
+                hook.remove()
+        assert seen["down"] == [107, 82, 60] * len(net.encoder.blocks)  # each row's block on its own
+        assert seen["up"] == [249] * len(net.encoder.blocks)  # the rows packed
+        packed = batched.encode_frames(net.encoder, rows)
+        for (out, _), (ref, _) in zip(some, packed):
+            assert torch.allclose(out, ref, atol=1e-5)
 
 
 @pytest.mark.parametrize(("compute_type", "seconds", "shift_s"), [("int8_encoder", 6, 0.1), ("bf16_encoder", 8, 0.021)])

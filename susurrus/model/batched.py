@@ -13,18 +13,23 @@ With one row this is the same arithmetic as :meth:`AudioEncoder.forward_frames` 
 the matrix multiplications' summation order for a different number of rows (measured in
 ``tests/test_batched.py`` and docs/benchmarks.md). Float layers only: an int8 layer quantises
 its input per pass, so packed rows would change each other's results (``calls.run_together``
-runs such parts row by row).
+runs such parts row by row). A linear layer whose shape is in ``split`` multiplies each row's
+block on its own (the other layers still packed): on some CPUs a bfloat16 product rounds a block
+of rows differently with the number of rows around it, for some layer shapes only
+(``calls.split_layers``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from susurrus.model.caches import KV, DecoderCache, EncoderCache
-from susurrus.model.whisper import AudioEncoder, ResidualAttentionBlock, TextDecoder
+from susurrus.model.whisper import AudioEncoder, MultiHeadAttention, ResidualAttentionBlock, TextDecoder
+
+Shapes = Collection[tuple[int, int]]  # linear layers' weight shapes (out, in)
 
 
 def _spans(lengths: Sequence[int]) -> list[tuple[int, int]]:
@@ -35,23 +40,44 @@ def _spans(lengths: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
+def _split(layer: nn.Module, split: Shapes) -> bool:
+    return bool(split) and tuple(layer.weight.shape) in split
+
+
+def _linear(layer: nn.Module, x: Tensor, spans: list[tuple[int, int]], split: Shapes) -> Tensor:
+    """``layer(x)``; for a layer of a shape in ``split``, each row's block through it on its own."""
+    if len(spans) < 2 or not _split(layer, split):
+        return layer(x)
+    return torch.cat([layer(x[a:b]) for a, b in spans])
+
+
+def _keys_values(attn: MultiHeadAttention, h: Tensor, spans: list[tuple[int, int]], split: Shapes) -> KV:
+    """``attn.project_kv(h)``, row by row where its key or value layer's shape is in ``split``."""
+    if len(spans) < 2 or not (_split(attn.key, split) or _split(attn.value, split)):
+        return attn.project_kv(h)
+    rows = [attn.project_kv(h[a:b]) for a, b in spans]
+    return KV(torch.cat([kv.k for kv in rows]), torch.cat([kv.v for kv in rows]))
+
+
 def _block(block: ResidualAttentionBlock, x: Tensor, spans: list[tuple[int, int]], pasts: Sequence[KV | None],
            masks: Sequence[Tensor | None], crosses: Sequence[KV] | None = None, need_weights: bool = False,
+           split: Shapes = (),
            ) -> tuple[Tensor, list[KV], list[Tensor | None]]:
     """One residual block over packed rows ``x`` (positions, width): each row's positions
     ``spans[i]`` attend to its ``pasts[i]`` and to each other under ``masks[i]`` (and cross-attend
-    to ``crosses[i]``). Returns the output, each row's self-attention keys/values including its
-    new positions, and each row's cross-attention scores (with ``need_weights``)."""
+    to ``crosses[i]``); the linear layers of a shape in ``split`` multiply row by row. Returns
+    the output, each row's self-attention keys/values including its new positions, and each
+    row's cross-attention scores (with ``need_weights``)."""
     attn = block.attn
     h = attn.projected(block.attn_ln(x))
-    q, new = attn.query(h), attn.project_kv(h)
+    q, new = _linear(attn.query, h, spans, split), _keys_values(attn, h, spans, split)
     k, v = new.k, new.v
     mixed, kvs = [], []
     for (a, b), past, mask in zip(spans, pasts, masks):
         kv = KV(k[None, a:b], v[None, a:b]) if past is None else past.append(k[None, a:b], v[None, a:b])
         kvs.append(kv)
         mixed.append(attn.mix(q[None, a:b], kv, mask)[0][0])
-    x = x + attn.out(torch.cat(mixed))
+    x = x + _linear(attn.out, torch.cat(mixed), spans, split)
     scores: list[Tensor | None] = [None] * len(spans)
     if block.cross_attn is not None and crosses is not None:
         cross = block.cross_attn
@@ -60,32 +86,35 @@ def _block(block: ResidualAttentionBlock, x: Tensor, spans: list[tuple[int, int]
         for i, ((a, b), kv) in enumerate(zip(spans, crosses)):
             out, scores[i] = cross.mix(q[None, a:b], kv, need_weights=need_weights)
             mixed.append(out[0])
-        x = x + cross.out(torch.cat(mixed))
-    x = x + block.mlp(block.mlp_ln(x))
+        x = x + _linear(cross.out, torch.cat(mixed), spans, split)
+    up, act, down = block.mlp
+    x = x + _linear(down, act(_linear(up, block.mlp_ln(x), spans, split)), spans, split)
     return x, kvs, scores
 
 
 def encode_frames(encoder: AudioEncoder, rows: Sequence[tuple[Tensor, EncoderCache, Tensor | None]],
-                  ) -> list[tuple[Tensor, EncoderCache]]:
+                  split: Shapes = ()) -> list[tuple[Tensor, EncoderCache]]:
     """:meth:`AudioEncoder.forward_frames` for many rows ``(frames (1, T, width), cache, mask)``
-    at once: each row's outputs (1, T, width) and its cache extended by them."""
+    at once: each row's outputs (1, T, width) and its cache extended by them. The linear layers
+    of a shape in ``split`` multiply row by row."""
     spans = _spans([f.shape[1] for f, _, _ in rows])
     pos = encoder.positional_embedding
     x = torch.cat([f[0] + pos[c.length:c.length + f.shape[1]].to(f.dtype) for f, c, _ in rows])
     masks = [m for _, _, m in rows]
     layers: list[list[KV]] = []
     for n, block in enumerate(encoder.blocks):
-        x, kvs, _ = _block(block, x, spans, [c.layers[n] for _, c, _ in rows], masks)
+        x, kvs, _ = _block(block, x, spans, [c.layers[n] for _, c, _ in rows], masks, split=split)
         layers.append(kvs)
     x = encoder.ln_post(x)
     return [(x[None, a:b], EncoderCache([layer[i] for layer in layers])) for i, (a, b) in enumerate(spans)]
 
 
 def decode_tokens(decoder: TextDecoder, rows: Sequence[tuple[Sequence[int], DecoderCache]],
-                  alignment_heads: Tensor) -> list[tuple[Tensor, DecoderCache, Tensor | None]]:
+                  alignment_heads: Tensor, split: Shapes = ()) -> list[tuple[Tensor, DecoderCache, Tensor | None]]:
     """:meth:`TextDecoder.forward` (``project=False``, with ``alignment_heads``) for many rows
     ``(tokens, cache)`` at once: each row's final hidden states (1, T, width), its cache
-    extended by its tokens, and its alignment heads' cross-attention scores (1, heads, T, 1500)."""
+    extended by its tokens, and its alignment heads' cross-attention scores (1, heads, T, 1500). The
+    linear layers of a shape in ``split`` multiply row by row."""
     spans = _spans([len(t) for t, _ in rows])
     ids = torch.tensor([t for tokens, _ in rows for t in tokens])
     offsets = [c.offset for _, c in rows]
@@ -100,7 +129,7 @@ def decode_tokens(decoder: TextDecoder, rows: Sequence[tuple[Sequence[int], Deco
         heads = alignment_heads[n]
         need = bool(heads.any())
         x, kvs, scores = _block(block, x, spans, [c.self_kv[n] for _, c in rows], masks,
-                                [c.cross[n] for _, c in rows], need_weights=need)
+                                [c.cross[n] for _, c in rows], need_weights=need, split=split)
         self_kv.append(kvs)
         if need:
             for i, s in enumerate(scores):

@@ -89,49 +89,68 @@ def run_alone(net: Whisper, call: ModelCall) -> Any:
 
 
 @functools.cache
-def bf16_rows_pack_exactly(shapes: tuple[tuple[int, int], ...], threads: int) -> bool:
+def bf16_packs_exactly(shape: tuple[int, int], threads: int) -> bool:
     """Whether this CPU's bfloat16 matrix kernels give each block of rows of a packed product
-    exactly the product of those rows alone, for blocks of 2 or more rows, for linear layers of
-    ``shapes`` ((out, in) each) at ``threads`` torch threads: probed on random rows at random
-    offsets (a product's summation order may depend on how many rows it has; here it does only
-    for a single row, whose products take another kernel (measured, oneDNN, AVX512-BF16), so
-    :func:`run_together` runs one-frame rows alone)."""
+    exactly the product of those rows alone, for blocks of 2 or more rows, for a linear layer of
+    ``shape`` (out, in) at ``threads`` torch threads: probed on random rows at random offsets of
+    packs of up to 3424 rows (32 streams' steps). A product's summation order may depend on how
+    many rows it has: measured, oneDNN on AVX512-BF16 rounds only a single row differently (its
+    products take another kernel, so :func:`run_together` runs one-frame rows alone), and on AMX
+    the layers reading 1536 inputs (an MLP's second layer) round a block differently with the
+    rows around it while those reading 384 do not."""
     gen = torch.Generator().manual_seed(0)
-    for n_out, n_in in shapes:
-        weight = torch.randn(n_out, n_in, generator=gen).to(torch.bfloat16)
-        x = torch.randn(400, n_in, generator=gen).to(torch.bfloat16)
+    n_out, n_in = shape
+    weight = torch.randn(n_out, n_in, generator=gen).to(torch.bfloat16)
+    for total in (400, 3424):
+        x = torch.randn(total, n_in, generator=gen).to(torch.bfloat16)
         packed = torch.nn.functional.linear(x, weight)
-        for rows in (2, 3, 5, 8, 13, 16, 25, 32, 50, 107):
-            for start in torch.randint(0, len(x) - rows, (3,), generator=gen).tolist():
+        for rows in (2, 3, 5, 8, 13, 16, 25, 32, 33, 50, 107):
+            for start in torch.randint(0, total - rows, (3,), generator=gen).tolist():
                 if not torch.equal(torch.nn.functional.linear(x[start:start + rows], weight),
                                    packed[start:start + rows]):
                     return False
     return True
 
 
+def _bf16_shapes(part: torch.nn.Module) -> set[tuple[int, int]]:
+    return {tuple(m.weight.shape) for m in part.blocks.modules() if isinstance(m, Bf16Linear)}
+
+
+def split_layers(net: Whisper) -> frozenset[tuple[int, int]]:
+    """The shapes of the bfloat16 linear layers whose products a packed pass must compute row by
+    row on this CPU (:func:`bf16_packs_exactly`): packed, the rest of the pass still reads its
+    weights once per round, and each row's results stay those it gets alone."""
+    threads = torch.get_num_threads()
+    return frozenset(s for s in _bf16_shapes(net.encoder) | _bf16_shapes(net.decoder)
+                     if not bf16_packs_exactly(s, threads))
+
+
 def row_by_row(net: Whisper) -> tuple[type, ...]:
     """The kinds of call that must run one row at a time: those whose blocks run int8
     dynamically quantised linear layers (``compute_type``), which quantise their input per pass,
-    so that packed, a row's results would depend on the others'; and those with bfloat16 linear
-    layers where this CPU's kernels round a row's products differently with the number of rows
-    packed (:func:`bf16_rows_pack_exactly`; on this project's machine they do not, so a
-    ``bf16_encoder``'s rows pack). The price of running rows one by one is reading the weights
-    once per row (~10 % of the cost at 32 streams, docs/benchmarks.md): each stream's text stays
-    its own."""
+    so that packed, a row's results would depend on the others'; and those whose bfloat16 linear
+    layers all round a row's products differently with the number of rows packed on this CPU
+    (:func:`split_layers`; where only some do, those multiply row by row inside a packed pass).
+    The price of running rows one by one is reading the weights once per row (~10 % of the cost
+    at 32 streams, docs/benchmarks.md): each stream's text stays its own."""
+    split = split_layers(net)
+
     def own_rows(part: torch.nn.Module) -> bool:
-        layers = list(part.blocks.modules())
-        if any("quantized" in type(m).__module__ for m in layers):
+        if any("quantized" in type(m).__module__ for m in part.blocks.modules()):
             return True
-        shapes = tuple(sorted({tuple(m.weight.shape) for m in layers if isinstance(m, Bf16Linear)}))
-        return bool(shapes) and not bf16_rows_pack_exactly(shapes, torch.get_num_threads())
+        shapes = _bf16_shapes(part)
+        return bool(shapes) and shapes <= split
     return (*((EncodeFrames,) if own_rows(net.encoder) else ()), *((DecodeTokens,) if own_rows(net.decoder) else ()))
 
 
 @torch.inference_mode()
-def run_together(net: Whisper, calls: list[ModelCall], alone: tuple[type, ...] | None = None) -> list[Any]:
+def run_together(net: Whisper, calls: list[ModelCall], alone: tuple[type, ...] | None = None,
+                 split: frozenset[tuple[int, int]] | None = None) -> list[Any]:
     """Every call's result, the calls of each kind run as one packed pass (those of the kinds in
-    ``alone``, :func:`row_by_row` of ``net`` unless given, one by one)."""
+    ``alone``, :func:`row_by_row` of ``net`` unless given, one by one; in a packed encoder pass
+    the linear layers of the shapes in ``split``, :func:`split_layers` unless given, row by row)."""
     alone = row_by_row(net) if alone is None else alone
+    split = split_layers(net) if split is None else split
     results: list[Any] = [None] * len(calls)
     kinds: dict[type, list[int]] = {}
     for i, call in enumerate(calls):
@@ -147,14 +166,15 @@ def run_together(net: Whisper, calls: list[ModelCall], alone: tuple[type, ...] |
                 rows = []
             for i in set(idx) - set(rows):
                 results[i] = run_alone(net, calls[i])
-            outs = batched.encode_frames(net.encoder, [(c.frames, c.cache, c.mask) for c in (calls[i] for i in rows)]
-                                         ) if rows else []
+            outs = batched.encode_frames(net.encoder, [(c.frames, c.cache, c.mask) for c in (calls[i] for i in rows)],
+                                         split) if rows else []
             for i, out in zip(rows, outs):
                 results[i] = out
         elif kind is DecodeTokens:
             rows = [calls[i] for i in idx]
             outs = [_decoded(call, *out) for call, out in zip(
-                rows, batched.decode_tokens(net.decoder, [(c.tokens, c.cache) for c in rows], net.alignment_heads))]
+                rows, batched.decode_tokens(net.decoder, [(c.tokens, c.cache) for c in rows], net.alignment_heads,
+                                            split))]
             # the rows' shortlist logits in one pass (each position quantised on its own scale:
             # the same logits as alone, TextDecoder.project_approx)
             approx = net.decoder.project_approx(torch.cat([hidden[0] for hidden, _, _ in outs]))
@@ -207,6 +227,7 @@ class Lockstep:
     def __init__(self, net: Whisper):
         self.net = net
         self._alone = row_by_row(net)  # what the int8 compute types keep out of packed passes
+        self._split = split_layers(net)  # and the bf16 layers packed passes multiply row by row
         self._live: list[_Live] = []
         self.rounds = 0  # rounds run so far
         self.calls = 0  # calls run so far (calls / rounds: how many streams a round carried)
@@ -240,7 +261,7 @@ class Lockstep:
         calls = [entry.call for entry in live]
         t0 = time.thread_time()
         try:
-            results: list[Any] = run_together(self.net, calls, self._alone)
+            results: list[Any] = run_together(self.net, calls, self._alone, self._split)
             errors: list[BaseException | None] = [None] * len(calls)
         except Exception:  # noqa: BLE001 - find the call that fails
             results, errors = [], []
