@@ -230,9 +230,10 @@ def test_bench_streams_items_together_with_the_same_results(tiny, dev_items):
 def test_bf16_encoder_rows_pack_exactly_where_the_cpu_allows(tiny):
     """A bf16 encoder's rows of a round run packed, its layers of a shape this CPU's bfloat16
     kernels round differently with the rows around them (``calls.split_layers``, probed) row by
-    row inside the packed pass, and one by one only where no layer packs exactly; either way
-    every row's outputs and cache are bit-identical to its pass alone, a one-frame row's too
-    (its products take another kernel: it runs alone)."""
+    row inside the packed pass (the float32 decoder's layers of the same shapes stay packed),
+    and one by one only where no layer packs exactly; either way every row's outputs and cache
+    are bit-identical to its pass alone, a one-frame row's too (its products take another
+    kernel: it runs alone)."""
     from susurrus.streaming.calls import (
         EncodeFrames,
         bf16_packs_exactly,
@@ -246,9 +247,10 @@ def test_bf16_encoder_rows_pack_exactly_where_the_cpu_allows(tiny):
     shapes = {tuple(m.weight.shape) for m in net.encoder.blocks.modules() if hasattr(m, "product")}
     if not shapes:
         pytest.skip(f"tiny.en loaded as {tiny.compute_type}: no bfloat16 encoder on this CPU")
-    split = split_layers(net)
+    split = split_layers(net.encoder)
     assert split == {s for s in shapes if not bf16_packs_exactly(s, torch.get_num_threads())}
     assert (EncodeFrames in row_by_row(net)) == (split >= shapes)
+    assert not split_layers(net.decoder)  # the decoder is float32: its rows pack, none split
     torch.manual_seed(2)
     calls = [EncodeFrames(*row) for row in _encoder_rows(net, ((0, 107), (150, 107), (64, 1), (30, 60)), real=40)]
     with torch.inference_mode():

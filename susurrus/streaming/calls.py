@@ -116,41 +116,57 @@ def _bf16_shapes(part: torch.nn.Module) -> set[tuple[int, int]]:
     return {tuple(m.weight.shape) for m in part.blocks.modules() if isinstance(m, Bf16Linear)}
 
 
-def split_layers(net: Whisper) -> frozenset[tuple[int, int]]:
-    """The shapes of the bfloat16 linear layers whose products a packed pass must compute row by
-    row on this CPU (:func:`bf16_packs_exactly`): packed, the rest of the pass still reads its
-    weights once per round, and each row's results stay those it gets alone."""
+def split_layers(part: torch.nn.Module) -> frozenset[tuple[int, int]]:
+    """The shapes of ``part``'s (the encoder's or the decoder's) bfloat16 linear layers whose
+    products a packed pass must compute row by row on this CPU (:func:`bf16_packs_exactly`):
+    packed, the rest of the pass still reads its weights once per round, and each row's results
+    stay those it gets alone. (A part's blocks are bfloat16 throughout or not at all,
+    ``quantize_linears``: a float32 layer of the same shape is not split.)"""
     threads = torch.get_num_threads()
-    return frozenset(s for s in _bf16_shapes(net.encoder) | _bf16_shapes(net.decoder)
-                     if not bf16_packs_exactly(s, threads))
+    return frozenset(s for s in _bf16_shapes(part) if not bf16_packs_exactly(s, threads))
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How :func:`run_together` packs a round's calls on this CPU: the kinds of call that run
+    one row at a time (``alone``), and per part the linear layer shapes a packed pass multiplies
+    row by row (``encoder_split``, ``decoder_split``)."""
+
+    alone: tuple[type, ...]
+    encoder_split: frozenset[tuple[int, int]]
+    decoder_split: frozenset[tuple[int, int]]
+
+    @classmethod
+    def of(cls, net: Whisper) -> Packing:
+        """What ``net``'s layers allow: rows one at a time where a part's blocks run int8
+        dynamically quantised linear layers (``compute_type``: each pass quantises its input as
+        a whole, so packed, a row's results would depend on the others') or bfloat16 ones of
+        which none packs exactly on this CPU; else packed, the layers of :func:`split_layers`
+        row by row. Running rows one by one reads the weights once per row (~10 % of the cost
+        at 32 streams, docs/benchmarks.md); either way each stream's text stays its own."""
+        def own_rows(part: torch.nn.Module, split: frozenset[tuple[int, int]]) -> bool:
+            if any("quantized" in type(m).__module__ for m in part.blocks.modules()):
+                return True
+            shapes = _bf16_shapes(part)
+            return bool(shapes) and shapes <= split
+        enc, dec = split_layers(net.encoder), split_layers(net.decoder)
+        alone = (*((EncodeFrames,) if own_rows(net.encoder, enc) else ()),
+                 *((DecodeTokens,) if own_rows(net.decoder, dec) else ()))
+        return cls(alone, enc, dec)
 
 
 def row_by_row(net: Whisper) -> tuple[type, ...]:
-    """The kinds of call that must run one row at a time: those whose blocks run int8
-    dynamically quantised linear layers (``compute_type``), which quantise their input per pass,
-    so that packed, a row's results would depend on the others'; and those whose bfloat16 linear
-    layers all round a row's products differently with the number of rows packed on this CPU
-    (:func:`split_layers`; where only some do, those multiply row by row inside a packed pass).
-    The price of running rows one by one is reading the weights once per row (~10 % of the cost
-    at 32 streams, docs/benchmarks.md): each stream's text stays its own."""
-    split = split_layers(net)
-
-    def own_rows(part: torch.nn.Module) -> bool:
-        if any("quantized" in type(m).__module__ for m in part.blocks.modules()):
-            return True
-        shapes = _bf16_shapes(part)
-        return bool(shapes) and shapes <= split
-    return (*((EncodeFrames,) if own_rows(net.encoder) else ()), *((DecodeTokens,) if own_rows(net.decoder) else ()))
+    """The kinds of call that must run one row at a time on this CPU (:meth:`Packing.of`)."""
+    return Packing.of(net).alone
 
 
 @torch.inference_mode()
-def run_together(net: Whisper, calls: list[ModelCall], alone: tuple[type, ...] | None = None,
-                 split: frozenset[tuple[int, int]] | None = None) -> list[Any]:
-    """Every call's result, the calls of each kind run as one packed pass (those of the kinds in
-    ``alone``, :func:`row_by_row` of ``net`` unless given, one by one; in a packed encoder pass
-    the linear layers of the shapes in ``split``, :func:`split_layers` unless given, row by row)."""
-    alone = row_by_row(net) if alone is None else alone
-    split = split_layers(net) if split is None else split
+def run_together(net: Whisper, calls: list[ModelCall], packing: Packing | None = None) -> list[Any]:
+    """Every call's result, the calls of each kind run as one packed pass, as ``packing``
+    (:meth:`Packing.of` ``net`` unless given) allows: the kinds in ``packing.alone`` one by one,
+    and in a packed pass the layers of its split shapes row by row."""
+    packing = Packing.of(net) if packing is None else packing
+    alone = packing.alone
     results: list[Any] = [None] * len(calls)
     kinds: dict[type, list[int]] = {}
     for i, call in enumerate(calls):
@@ -167,14 +183,14 @@ def run_together(net: Whisper, calls: list[ModelCall], alone: tuple[type, ...] |
             for i in set(idx) - set(rows):
                 results[i] = run_alone(net, calls[i])
             outs = batched.encode_frames(net.encoder, [(c.frames, c.cache, c.mask) for c in (calls[i] for i in rows)],
-                                         split) if rows else []
+                                         packing.encoder_split) if rows else []
             for i, out in zip(rows, outs):
                 results[i] = out
         elif kind is DecodeTokens:
             rows = [calls[i] for i in idx]
             outs = [_decoded(call, *out) for call, out in zip(
                 rows, batched.decode_tokens(net.decoder, [(c.tokens, c.cache) for c in rows], net.alignment_heads,
-                                            split))]
+                                            packing.decoder_split))]
             # the rows' shortlist logits in one pass (each position quantised on its own scale:
             # the same logits as alone, TextDecoder.project_approx)
             approx = net.decoder.project_approx(torch.cat([hidden[0] for hidden, _, _ in outs]))
@@ -226,8 +242,7 @@ class Lockstep:
 
     def __init__(self, net: Whisper):
         self.net = net
-        self._alone = row_by_row(net)  # what the int8 compute types keep out of packed passes
-        self._split = split_layers(net)  # and the bf16 layers packed passes multiply row by row
+        self._packing = Packing.of(net)  # what runs row by row on this CPU (int8 parts, some bf16 layers)
         self._live: list[_Live] = []
         self.rounds = 0  # rounds run so far
         self.calls = 0  # calls run so far (calls / rounds: how many streams a round carried)
@@ -261,7 +276,7 @@ class Lockstep:
         calls = [entry.call for entry in live]
         t0 = time.thread_time()
         try:
-            results: list[Any] = run_together(self.net, calls, self._alone, self._split)
+            results: list[Any] = run_together(self.net, calls, self._packing)
             errors: list[BaseException | None] = [None] * len(calls)
         except Exception:  # noqa: BLE001 - find the call that fails
             results, errors = [], []
