@@ -39,7 +39,7 @@ def _encoder_rows(net, sizes, real: int) -> list[tuple[torch.Tensor, EncoderCach
 def test_packed_passes_equal_each_row_alone(tiny_float32):
     """Rows of different lengths over caches of different lengths (one masked as the silence
     continuation is): packed outputs and caches equal each row's own forward pass (float32: a
-    bf16 encoder's rows run one by one, ``calls.row_by_row``)."""
+    bf16 encoder's rows run one by one, ``calls.Packing``)."""
     net = tiny_float32.net
     torch.manual_seed(0)
     width = net.dims.n_audio_state
@@ -236,8 +236,8 @@ def test_bf16_encoder_rows_pack_exactly_where_the_cpu_allows(tiny):
     kernel: it runs alone)."""
     from susurrus.streaming.calls import (
         EncodeFrames,
+        Packing,
         bf16_packs_exactly,
-        row_by_row,
         run_alone,
         run_together,
         split_layers,
@@ -249,7 +249,7 @@ def test_bf16_encoder_rows_pack_exactly_where_the_cpu_allows(tiny):
         pytest.skip(f"tiny.en loaded as {tiny.compute_type}: no bfloat16 encoder on this CPU")
     split = split_layers(net.encoder)
     assert split == {s for s in shapes if not bf16_packs_exactly(s, torch.get_num_threads())}
-    assert (EncodeFrames in row_by_row(net)) == (split >= shapes)
+    assert (EncodeFrames in Packing.of(net).alone) == (split >= shapes)
     assert not split_layers(net.decoder)  # the decoder is float32: its rows pack, none split
     torch.manual_seed(2)
     calls = [EncodeFrames(*row) for row in _encoder_rows(net, ((0, 107), (150, 107), (64, 1), (30, 60)), real=40)]
@@ -294,19 +294,19 @@ def test_layers_split_from_a_packed_pass_multiply_each_row_alone(tiny_float32):
 @pytest.mark.parametrize(("compute_type", "seconds", "shift_s"), [("int8_encoder", 6, 0.1), ("bf16_encoder", 8, 0.021)])
 def test_row_by_row_parts_keep_batching_exact(dev_item, tiny, compute_type, seconds, shift_s):
     """An int8 encoder (dynamic quantisation: each pass quantises its input as a whole) runs its
-    calls of a round one by one (``calls.row_by_row``), a bf16 one packed where the CPU allows
+    calls of a round one by one (``calls.Packing``), a bf16 one packed where the CPU allows
     it (the test above); the decoder's float rows stay packed. Streams stepped together then
     commit exactly the words each commits alone. Their times may move by a frame or two: the
     float parts are packed, and the alignment heads' attention then differs by rounding, on
     some CPUs enough for DTW to take a neighbouring path (as in float32, docs/benchmarks.md
     "Many streams, one engine"; here 0.02 s for one word)."""
     import susurrus
-    from susurrus.streaming.calls import EncodeFrames, row_by_row
+    from susurrus.streaming.calls import EncodeFrames, Packing
 
     model = susurrus.load_model("tiny.en", compute_type=compute_type)
     if compute_type.startswith("int8"):
-        assert row_by_row(model.net) == (EncodeFrames,)
-    assert DecodeTokens not in row_by_row(tiny.net)
+        assert Packing.of(model.net).alone == (EncodeFrames,)
+    assert DecodeTokens not in Packing.of(tiny.net).alone
     audios = [decode_audio(dev_item(i).audio)[: seconds * SR] for i in ("jfk_inaugural", "ljspeech_LJ001-0001")]
     batch = model.streams()
     streams = [batch.stream() for _ in audios]

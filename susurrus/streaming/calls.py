@@ -155,11 +155,6 @@ class Packing:
         return cls(alone, enc, dec)
 
 
-def row_by_row(net: Whisper) -> tuple[type, ...]:
-    """The kinds of call that must run one row at a time on this CPU (:meth:`Packing.of`)."""
-    return Packing.of(net).alone
-
-
 @torch.inference_mode()
 def run_together(net: Whisper, calls: list[ModelCall], packing: Packing | None = None) -> list[Any]:
     """Every call's result, the calls of each kind run as one packed pass, as ``packing``
