@@ -12,7 +12,8 @@ Reported, per setting, per condition and for the worst items:
   word timestamps and matched to committed words by alignment;
 * health: the longest back-to-back repetition of a committed phrase (a loop), the longest delay
   between the end of a word the offline model heard and the stream's first commit reaching it (a
-  stall), and offline words inside audio the voice activity gate never encoded (lost speech);
+  stall), and offline words inside audio the voice activity gate never encoded that the stream's
+  text lacks (lost speech; in brackets all offline words in that audio, by offline timing alone);
 * core-seconds per audio-second (process CPU time, 1 thread unless told), the median compute
   time of one step, peak RSS; and the cost of re-encoding the whole padded 30 s buffer at every
   step (what window-re-transcribing tools do), measured in the same run.
@@ -69,7 +70,8 @@ class ItemResult:
     latencies: list[float] = field(default_factory=list)
     repetition: int = 0  # most times a committed phrase repeats back to back
     max_delay_s: float = 0.0  # longest wait from an offline word's end to a commit reaching it
-    lost_words: list[str] = field(default_factory=list)  # offline words in audio the gate never encoded
+    gated_words: list[str] = field(default_factory=list)  # offline words in audio the gate never encoded
+    lost_words: list[str] = field(default_factory=list)  # ... of them, those the stream's text lacks
     cpu_s: float = 0.0
     steps: int = 0
 
@@ -137,11 +139,12 @@ class BenchResult:
         worst = max(self.items, key=lambda i: i.wer() - i.offline_wer(), default=None)
         delta = f"{worst.wer() - worst.offline_wer():+.1f} ({worst.id})" if worst and worst.reference else "-"
         lost = sum(len(i.lost_words) for i in self.items)
+        gated = sum(len(i.gated_words) for i in self.items)
         rep = max((i.repetition for i in self.items), default=0)
         stall = max(self.items, key=lambda i: i.max_delay_s, default=None)
         stall_s = f"{stall.max_delay_s:.2f} ({stall.id})" if stall else "-"
         return f"| {setting(self.config)} | {delta} " \
-               f"| {lost} | {rep} | {stall_s} | {self.stall_bar_s:.2f} |"
+               f"| {lost} ({gated}) | {rep} | {stall_s} | {self.stall_bar_s:.2f} |"
 
     @property
     def stall_bar_s(self) -> float:
@@ -190,7 +193,7 @@ def setting(c: StreamConfig) -> str:
 HEADER = ("| chunk ms | look-ahead ms | margin ms | policy | WER % | offline WER % | stream vs offline % "
           "| latency mean s | p50 s | p90 s | core-s / audio-s | re-encode core-s / audio-s | median step ms "
           "| peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-HEALTH_HEADER = ("| setting | worst item, WER points over offline | offline words lost to the gate "
+HEALTH_HEADER = ("| setting | worst item, WER points over offline | offline words lost to the gate (in skipped audio) "
                  "| longest repetition | longest commit delay s | its bar s (3 s + chunk + margin) |"
                  "\n|---|---|---|---|---|---|")
 CONDITION_HEADER = ("| condition | items | minutes | stream WER % | offline WER % | Δ | stream vs offline % "
@@ -363,7 +366,9 @@ def score_item(item: Item, session: StreamSession, offline: tuple[str, list[Word
     res.repetition = health.longest_repetition([w.word for w in session.words])
     delays = health.commit_delays(session.words, offline_words, audio_s)
     res.max_delay_s = round(max(delays, default=0.0), 3)
-    res.lost_words = [w.word for w in health.lost_words(offline_words, session.skipped)]
+    res.gated_words = [w.word for w in health.gated_words(offline_words, session.skipped)]
+    res.lost_words = [w.word for w in health.lost_words(offline_words, session.skipped, [w.word for w in session.words],
+                                                        item.language, unit)]
     return res
 
 

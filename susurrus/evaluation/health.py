@@ -8,8 +8,9 @@ transcription of the same audio, so unlabelled recordings can be checked too.
 * :func:`commit_delays` — for each word the offline model heard, how long after its end the
   stream first committed a word reaching that point of the audio: a stall shows as a long delay,
   whether the stream's words are right or not.
-* :func:`lost_words` — offline words lying in audio the voice activity gate never let the
-  engine encode (``StreamSession.skipped``): speech the gate deleted.
+* :func:`gated_words` — offline words lying in audio the voice activity gate never let the
+  engine encode (``StreamSession.skipped``), and :func:`lost_words`, those of them the stream's
+  text does not have: speech the gate deleted.
 * :func:`agreement_error` — WER of the stream's text against the offline text.
 """
 
@@ -18,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from susurrus.evaluation.metrics import error_counts
+from susurrus.evaluation.alignment import align_words
+from susurrus.evaluation.metrics import error_counts, normalize
 from susurrus.streaming.guards import LOOP_WORDS, word_key
 
 
@@ -56,8 +58,8 @@ def commit_delays(stream_words: Sequence, offline_words: Sequence[TimedWord], au
     return delays
 
 
-def lost_words(offline_words: Sequence[TimedWord], skipped: Sequence[tuple[float, float]],
-               share: float = 0.5) -> list[TimedWord]:
+def gated_words(offline_words: Sequence[TimedWord], skipped: Sequence[tuple[float, float]],
+                share: float = 0.5) -> list[TimedWord]:
     """Offline words of which at least ``share`` of the duration lies in ``skipped`` spans."""
     out = []
     for w in offline_words:
@@ -66,6 +68,36 @@ def lost_words(offline_words: Sequence[TimedWord], skipped: Sequence[tuple[float
         if inside / length >= share:
             out.append(w)
     return out
+
+
+def _units(words: Sequence[str], language: str, unit: str) -> tuple[list[str], list[int]]:
+    """Scoring units (normalised words, or characters for ``unit="char"``) of ``words`` and,
+    per unit, the index of its word."""
+    units, owner = [], []
+    for k, word in enumerate(words):
+        text = normalize(word, language)
+        for u in (list(text.replace(" ", "")) if unit == "char" else text.split()):
+            units.append(u)
+            owner.append(k)
+    return units, owner
+
+
+def lost_words(offline_words: Sequence[TimedWord], skipped: Sequence[tuple[float, float]],
+               stream_words: Sequence[str] | None = None, language: str = "en", unit: str = "word",
+               share: float = 0.5) -> list[TimedWord]:
+    """The :func:`gated_words` the stream lost: with ``stream_words`` (the stream's committed
+    words), only those none of whose units the stream has in their place (a minimum-edit
+    alignment of the offline text's units to the stream's: a word the stream wrote, though the
+    offline timing puts it in skipped audio, was not lost; one it misread there counts). Without
+    ``stream_words``, every gated word."""
+    gated = gated_words(offline_words, skipped, share)
+    if stream_words is None or not gated:
+        return gated
+    ref, owner = _units([w.word for w in offline_words], language, unit)
+    hyp, _ = _units(list(stream_words), language, unit)
+    kept = {owner[i] for i, _ in align_words(ref, hyp)}
+    index = {id(w): k for k, w in enumerate(offline_words)}
+    return [w for w in gated if index[id(w)] not in kept and any(o == index[id(w)] for o in owner)]
 
 
 def agreement_error(offline_text: str, stream_text: str, language: str = "en") -> tuple[int, int]:
