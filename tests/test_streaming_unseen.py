@@ -11,7 +11,7 @@ from susurrus.audio.io import decode_audio
 from susurrus.evaluation.data import read_manifest
 from susurrus.evaluation.degrade import numbered_reading, whisperize
 from susurrus.evaluation.health import commit_delays, gated_words, longest_repetition, lost_words
-from susurrus.evaluation.metrics import error_counts
+from susurrus.evaluation.metrics import error_counts, normalize
 from susurrus.streaming.guards import loop_span, reads_past_audio, repeats_thrice
 from susurrus.types import Word
 
@@ -272,3 +272,18 @@ def test_a_window_read_three_times_at_its_end_is_committed_once(base):
     assert stream.language == "de"
     assert stream.words, "the utterance is not lost"
     assert longest_repetition([w.word for w in stream.words]) == 1, stream.text
+
+
+def test_a_character_completed_far_ahead_does_not_end_the_reading(base):
+    """base, Chinese: the window's last decode read 利 and the first byte token of 息 over the
+    speech and 息's second byte token a second and a half later, at the end of the audio; the
+    next character, 保, read right after 息, then counted as the decoder starting over (a new word
+    read well before the furthest frame of the step) and the stream lost 保障倍数, which offline
+    reads. Where a word is read is where its first token is."""
+    item = next((i for i in read_manifest(need_data("multi")) if i.id == "aishell1_BAC009S0150W0123"), None)
+    if item is None:
+        pytest.skip("multi item aishell1_BAC009S0150W0123 not in the manifest")
+    stream = _stream(base, decode_audio(item.audio), language="zh")
+    text = normalize(stream.text, "zh")
+    assert "保障" in text, stream.text
+    assert error_counts(item.text, stream.text, "zh", "char")[0] <= 8, stream.text  # nothing invented (offline: 0 of 21)

@@ -149,7 +149,7 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
                 looped = True
                 break
         if aligned and not relaxed and starts_word(nxt) and starts_over(
-                frame, frames, forced, win.committed_end_frame, cfg.reread_frames,
+                frame, [frames[k] for k in word_at[:-1]], forced, win.committed_end_frame, cfg.reread_frames,
                 lambda: says_again(tok.decode([nxt]), tok.decode(win.committed))):  # noqa: B023 (called here)
             break  # a new word read from audio already transcribed: the decoder is starting over
         tokens.append(nxt)

@@ -33,10 +33,13 @@ def starts_over(frame: int, frames: list[int], forced: int, committed_end_frame:
                 says_again: Callable[[], bool]) -> bool:
     """Whether a new word read at ``frame`` is read from audio already transcribed (not past
     ``forced``, where the decoder was when its end-of-text was refused; before this step's
-    words, ``frames``; or well before the end of the committed ones, saying one of them again:
-    the committed end alone can be late, a word stretched to the audio edge): the decoder is
-    starting over. ``says_again``: whether the word says a committed one again (:func:`says_again`),
-    asked only when it matters."""
+    words, ``frames``: the frames their first tokens were read at; or well before the end of the
+    committed ones, saying one of them again: the committed end alone can be late, a word
+    stretched to the audio edge): the decoder is starting over. ``says_again``: whether the word
+    says a committed one again (:func:`says_again`), asked only when it matters. (A word's later
+    tokens are not its place: they complete what its first token began, and where they attend
+    says little; a Chinese character's second byte token has attended a second past the speech
+    its first was read at.)"""
     return (frame <= forced or frame < max(frames, default=frame) - reread_frames
             or (frame < committed_end_frame - 2 * reread_frames and says_again()))
 
