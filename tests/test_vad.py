@@ -27,7 +27,6 @@ from susurrus.streaming.vad import (
     finish_turn,
     frame_inputs,
     is_speech_padded,
-    level_gained,
     load_vad,
     push_turn,
     push_vad,
@@ -80,40 +79,6 @@ def test_vad_same_probabilities_however_chunked(vad, dev_item):
     assert len(whole) == len(pieces) == -(-len(audio) // FRAME_SAMPLES)
     np.testing.assert_allclose(pieces, whole, atol=1e-6)
     assert state.frames_done == len(whole) and len(state.remainder) == 0
-
-
-def at_peak(audio: np.ndarray, dbfs: float) -> np.ndarray:
-    return (audio * (10 ** (dbfs / 20) / np.abs(audio).max())).astype(np.float32)
-
-
-def test_quiet_speech_is_heard_as_loud_speech_is(vad, dev_item):
-    """Speech peaking at -60 dBFS (Whisper still reads it): Silero alone hears no speech in it;
-    the VAD's input gain makes it hear what it hears in the same speech at full level, the same
-    however the stream is cut."""
-    audio = decode_audio(str(dev_item("jfk_inaugural").audio))[: 8 * 16000]
-    loud = run(vad, at_peak(audio, -3)) >= 0.5
-    quiet_audio = at_peak(audio, -60)
-    raw, _ = vad.frames(frame_inputs(VadState(), quiet_audio, final=True)[0], VadState().rnn)
-    assert loud.mean() > 0.5 and (raw >= 0.5).mean() < 0.05  # Silero alone: deaf to it
-    quiet = run(vad, quiet_audio)
-    assert ((quiet >= 0.5) == loud).mean() >= 0.95
-    state, parts = VadState(), []
-    for i in range(0, len(quiet_audio), 777):
-        parts.append(push_vad(vad, state, quiet_audio[i:i + 777]))
-    parts.append(push_vad(vad, state, np.zeros(0, np.float32), final=True))
-    np.testing.assert_allclose(np.concatenate(parts), quiet, atol=1e-6)
-
-
-def test_the_vad_input_gain_leaves_loud_streams_and_silence_alone(vad, dev_item):
-    audio = decode_audio(str(dev_item("jfk_inaugural").audio))[: 2 * 16000]
-    state = VadState()
-    push_vad(vad, state, at_peak(audio, -3))
-    inputs, _ = frame_inputs(state, at_peak(audio, -50))
-    assert level_gained(state, inputs) is inputs  # once a stream has peaked at the level, as it is
-    silence = frame_inputs(VadState(), np.zeros(16000, np.float32))[0]
-    assert not level_gained(VadState(), silence).any()
-    hiss = frame_inputs(VadState(), signals.white_noise(1.0, level_dbfs=-120.0))[0]
-    assert np.abs(level_gained(VadState(), hiss)).max() <= 100 * np.abs(hiss).max() * (1 + 1e-6)  # 40 dB at most
 
 
 def test_vad_frames_of_many_streams_together_are_each_streams_own(vad, dev_items):

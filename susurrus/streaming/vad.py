@@ -40,13 +40,6 @@ SAMPLE_RATE = 16000
 FRAME_SAMPLES = 512  # Silero VAD's frame at 16 kHz
 FRAME_MS = 32  # FRAME_SAMPLES / 16 kHz
 CONTEXT_SAMPLES = 64  # samples of the previous frame the model reads before each frame
-# Silero hears less and less speech below a peak of about -40 dBFS and none below -65, where
-# Whisper still reads it (the English dev items scaled to a -60 dBFS peak: tiny.en offline 7.3 %
-# WER; streamed, the gate skipped 28 s of speech, 4 of 49 streams came out empty, 24.5 %):
-# until a stream has peaked at VAD_LEVEL, what the VAD reads is amplified to that level, by
-# VAD_MAX_GAIN at most (digital near-silence stays silence). The engine reads the audio as is.
-VAD_LEVEL = 0.03  # peak sample magnitude (-30 dBFS)
-VAD_MAX_GAIN = 100.0  # 40 dB
 
 
 def silero_model_path(name: str = "silero_vad.onnx") -> Path:
@@ -143,7 +136,6 @@ class VadState:
     context: np.ndarray = field(default_factory=lambda: np.zeros(CONTEXT_SAMPLES, dtype=np.float32))
     remainder: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     frames_done: int = 0  # frames analysed since the stream started
-    peak: float = 0.0  # the largest sample magnitude of those frames (the VAD's input gain: :func:`level_gained`)
     probs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     probs_start: int = 0  # absolute frame index of probs[0]
 
@@ -172,30 +164,14 @@ def frame_inputs(state: VadState, samples: np.ndarray, final: bool = False) -> t
     return inputs, buf[n * FRAME_SAMPLES:].copy()
 
 
-def level_gained(state: VadState, inputs: np.ndarray) -> np.ndarray:
-    """:func:`frame_inputs`' rows as the VAD reads them: each (its context too) amplified while
-    the stream's peak up to the end of its frame is below ``VAD_LEVEL``, to that level, by
-    ``VAD_MAX_GAIN`` at most. A frame's gain depends on the samples up to it alone, so the
-    probabilities stay the same however the stream is cut; a stream that has peaked at the
-    level is read as it is (the same array returned)."""
-    if not len(inputs) or state.peak >= VAD_LEVEL:
-        return inputs
-    peaks = np.maximum.accumulate(np.maximum(np.abs(inputs[:, CONTEXT_SAMPLES:]).max(axis=1), state.peak))
-    gains = np.where(peaks < VAD_LEVEL, np.minimum(VAD_MAX_GAIN, VAD_LEVEL / np.maximum(peaks, 1e-30)), 1.0)
-    if (gains == 1.0).all():
-        return inputs
-    return (inputs * gains[:, None]).astype(np.float32)
-
-
 def record_frames(state: VadState, inputs: np.ndarray, left: np.ndarray, probs: np.ndarray,
                   rnn: np.ndarray) -> np.ndarray:
     """Keep what the frames of :func:`frame_inputs` gave (their probabilities, the recurrent
-    state after them, their peak) and the samples left over in ``state``; returns ``probs``."""
+    state after them) and the samples left over in ``state``; returns ``probs``."""
     n = len(inputs)
     state.rnn = rnn
     if n:
         state.context = inputs[-1, -CONTEXT_SAMPLES:].copy()
-        state.peak = max(state.peak, float(np.abs(inputs[:, CONTEXT_SAMPLES:]).max()))
     state.remainder = left
     state.frames_done += n
     if n:
@@ -213,7 +189,7 @@ def push_vad(vad: SileroVad, state: VadState, samples: np.ndarray, final: bool =
     Updates ``state``. With ``final`` the stream is over and a last partial frame is padded
     with zeros (so ``frames_done * 512`` may then exceed the samples fed)."""
     inputs, left = frame_inputs(state, samples, final)
-    probs, rnn = vad.frames(level_gained(state, inputs), state.rnn)
+    probs, rnn = vad.frames(inputs, state.rnn)
     return record_frames(state, inputs, left, probs, rnn)
 
 
@@ -223,7 +199,7 @@ def push_vad_steps(vad: SileroVad, state: VadState, samples: np.ndarray,
     (none when the samples complete no frame), so that many streams' frames run together."""
     inputs, left = frame_inputs(state, samples, final)
     if len(inputs):
-        probs, rnn = yield VadFrames(vad, level_gained(state, inputs), state.rnn)
+        probs, rnn = yield VadFrames(vad, inputs, state.rnn)
     else:
         probs, rnn = np.zeros(0, dtype=np.float32), state.rnn
     return record_frames(state, inputs, left, probs, rnn)
