@@ -14,7 +14,8 @@ setting:
   with the default setting is at most 10 % on digital silence.
 
 Signals (``susurrus.evaluation.signals``, RMS level in dBFS): digital silence; white noise
--20; pink noise -20 and -40; synthetic music -20 and -40; the two chimes moonshine-voice ships
+-20 and -60; pink noise -20, -40 and -60; synthetic music -20, -40 and -60 (the -60 ones are
+what the VAD reads amplified, ``streaming/vad.py``); the two chimes moonshine-voice ships
 (``moonshine_voice/assets/success.wav`` and ``error.wav``, resampled to 16 kHz) looped back
 to back, and the same chimes each followed by 2 s of digital silence (a UI sound now and
 then).
@@ -82,6 +83,10 @@ SIGNALS: dict[str, Callable[[float], np.ndarray]] = {
     "pink -40": lambda s: signals.pink_noise(s, level_dbfs=-40.0),
     "music -20": lambda s: signals.music(s, level_dbfs=-20.0),
     "music -40": lambda s: signals.music(s, level_dbfs=-40.0),
+    # quieter than the VAD's input level (streaming/vad.py VAD_LEVEL): the VAD reads them amplified
+    "white -60": lambda s: signals.white_noise(s, level_dbfs=-60.0),
+    "pink -60": lambda s: signals.pink_noise(s, level_dbfs=-60.0),
+    "music -60": lambda s: signals.music(s, level_dbfs=-60.0),
     "chimes": lambda s: looped(chimes(0.0), s),
     "chimes + 2 s": lambda s: looped(chimes(2.0), s),
 }

@@ -288,3 +288,17 @@ def test_a_character_completed_far_ahead_does_not_end_the_reading(base):
     assert "保障" in text, stream.text
     # nothing invented (offline: 0 errors of 21)
     assert error_counts(item.text, stream.text, "zh", "char")[0] <= 8, stream.text
+
+
+def test_speech_far_below_full_scale_keeps_its_words(tiny, dev_item):
+    """Speech peaking at -60 dBFS (a microphone's gain far too low), which offline Whisper still
+    reads: Silero VAD alone heard none of it, and the gate skipped it (dev items at that level:
+    4 of 49 streams empty, 28 s skipped); the VAD now reads it amplified."""
+    audio = decode_audio(dev_item("jfk_inaugural").audio)
+    audio = (audio * (10 ** (-60 / 20) / np.abs(audio).max())).astype(np.float32)
+    offline_text, offline_words = _offline(tiny, audio)
+    stream = _stream(tiny, audio)
+    errors, n = error_counts(offline_text, stream.text)
+    assert n >= 15
+    assert errors / n <= 0.15, (stream.text, offline_text)
+    assert not gated_words(offline_words, stream.skipped)

@@ -11,6 +11,7 @@ import pytest
 
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation import signals
+from susurrus.evaluation.degrade import whisperize
 from susurrus.streaming.hallucination import (
     hallucination_verdict,
     is_known_hallucination,
@@ -31,6 +32,7 @@ from susurrus.streaming.vad import (
     push_turn,
     push_vad,
     push_vad_steps,
+    quiet_gains,
     silero_model_path,
     speech_fraction,
     text_turn_silence_ms,
@@ -81,6 +83,51 @@ def test_vad_same_probabilities_however_chunked(vad, dev_item):
     assert state.frames_done == len(whole) and len(state.remainder) == 0
 
 
+def at_peak(audio: np.ndarray, dbfs: float) -> np.ndarray:
+    return (audio * (10 ** (dbfs / 20) / np.abs(audio).max())).astype(np.float32)
+
+
+def test_quiet_speech_is_heard_as_loud_speech_is(vad, dev_item):
+    """Speech peaking at -60 dBFS (Whisper still reads it): Silero alone hears no speech in it;
+    the VAD's input gain makes it hear what it hears in the same speech at full level, the same
+    however the stream is cut."""
+    audio = decode_audio(str(dev_item("jfk_inaugural").audio))[: 8 * 16000]
+    loud = run(vad, at_peak(audio, -3)) >= 0.5
+    quiet_audio = at_peak(audio, -60)
+    raw, _ = vad.frames(frame_inputs(VadState(), quiet_audio, final=True)[0], VadState().rnn)
+    assert loud.mean() > 0.5 and (raw >= 0.5).mean() < 0.05  # Silero alone: deaf to it
+    quiet = run(vad, quiet_audio)
+    assert ((quiet >= 0.5) == loud).mean() >= 0.9
+    state, parts = VadState(), []
+    for i in range(0, len(quiet_audio), 777):
+        parts.append(push_vad(vad, state, quiet_audio[i:i + 777]))
+    parts.append(push_vad(vad, state, np.zeros(0, np.float32), final=True))
+    np.testing.assert_allclose(np.concatenate(parts), quiet, atol=1e-6)
+
+
+def test_the_amplified_reading_leaves_loud_streams_and_silence_alone(vad, dev_item):
+    audio = decode_audio(str(dev_item("jfk_inaugural").audio))[: 2 * 16000]
+    state = VadState()
+    push_vad(vad, state, at_peak(audio, -3))
+    assert state.quiet_rnn is None  # once a stream has peaked at the level, one reading
+    assert quiet_gains(state, frame_inputs(state, at_peak(audio, -50))[0]) is None
+    assert (run(vad, np.zeros(16000, np.float32)) < 0.05).all()  # digital silence, amplified, is silence
+    hiss = frame_inputs(VadState(), signals.white_noise(1.0, level_dbfs=-120.0))[0]
+    assert quiet_gains(VadState(), hiss).max() == 100.0  # 40 dB at most
+
+
+def test_a_whisper_after_an_amplified_lead_in_is_heard_at_its_own_level(vad, dev_item):
+    """Silero's state follows the level it hears: one fed a lead-in amplified 40 dB heard the
+    whispered speech after it (read as it is once the stream peaked) as far less likely
+    speech. The amplified reading is a second state; the stream's own is as without it."""
+    audio = whisperize(decode_audio(str(dev_item("jfk_inaugural").audio)))[: 8 * 16000]
+    probs = run(vad, audio)
+    alone, _ = vad.frames(frame_inputs(VadState(), audio, final=True)[0], VadState().rnn)
+    assert (probs >= alone - 1e-6).all()  # never less likely than the stream's own reading
+    late = slice(len(probs) // 4, None)  # long after the stream peaked: one reading
+    np.testing.assert_array_equal(probs[late], alone[late])
+
+
 def test_vad_frames_of_many_streams_together_are_each_streams_own(vad, dev_items):
     """Many streams' frames in one batch (a Lockstep round): every stream's probabilities and
     recurrent state bit-identical to its own, with streams of different lengths and states."""
@@ -110,7 +157,8 @@ def test_vad_steps_yield_the_frames_push_vad_runs(vad, dev_item):
             assert len(want) == 0 and len(stop.value) == 0
         else:
             with pytest.raises(StopIteration) as stop:
-                steps.send(vad.frames(call.inputs, call.rnn))
+                while True:  # the frames, and for a quiet stream their amplified reading
+                    call = steps.send(vad.frames(call.inputs, call.rnn))
             np.testing.assert_array_equal(stop.value.value, want)
         assert steps_state.frames_done == state.frames_done
         np.testing.assert_array_equal(steps_state.probs, state.probs)
