@@ -142,7 +142,7 @@ class VadState:
     about ``2 * history_frames`` of them, at least the last ``history_frames``)."""
 
     history_frames: int = 1875  # 60 s of probabilities kept for look-ups
-    rnn: np.ndarray = field(default_factory=lambda: np.zeros((2, 1, 128), dtype=np.float32))
+    rnn: np.ndarray = field(default_factory=lambda: fresh_rnn())
     context: np.ndarray = field(default_factory=lambda: np.zeros(CONTEXT_SAMPLES, dtype=np.float32))
     remainder: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     frames_done: int = 0  # frames analysed since the stream started
@@ -197,8 +197,13 @@ def quiet_inputs(inputs: np.ndarray, gains: np.ndarray) -> np.ndarray:
     return (inputs[rows] * gains[rows, None].astype(np.float32)).astype(np.float32)
 
 
+def fresh_rnn() -> np.ndarray:
+    """Silero's recurrent state before any frame."""
+    return np.zeros((2, 1, 128), dtype=np.float32)
+
+
 def quiet_rnn(state: VadState) -> np.ndarray:
-    return state.quiet_rnn if state.quiet_rnn is not None else np.zeros((2, 1, 128), dtype=np.float32)
+    return state.quiet_rnn if state.quiet_rnn is not None else fresh_rnn()
 
 
 def heard(probs: np.ndarray, quiet: np.ndarray, gains: np.ndarray) -> np.ndarray:
@@ -238,13 +243,13 @@ def push_vad(vad: SileroVad, state: VadState, samples: np.ndarray, final: bool =
 
     Updates ``state``. With ``final`` the stream is over and a last partial frame is padded
     with zeros (so ``frames_done * 512`` may then exceed the samples fed)."""
-    inputs, left = frame_inputs(state, samples, final)
-    probs, rnn = vad.frames(inputs, state.rnn)
-    gains, quiet_state = quiet_gains(state, inputs), None
-    if gains is not None:
-        quiet, quiet_state = vad.frames(quiet_inputs(inputs, gains), quiet_rnn(state))
-        probs = heard(probs, quiet, gains)
-    return record_frames(state, inputs, left, probs, rnn, quiet_state)
+    steps = push_vad_steps(vad, state, samples, final)
+    try:
+        call = next(steps)
+        while True:
+            call = steps.send(vad.frames(call.inputs, call.rnn))
+    except StopIteration as done:
+        return done.value
 
 
 def push_vad_steps(vad: SileroVad, state: VadState, samples: np.ndarray,
