@@ -140,18 +140,19 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
             looped = True
             break  # a phrase about to be said a third time in a row: a decoding loop
         if aligned and starts_word(nxt):
+            read_at = [frames[k] for k in word_at]  # where this step's words were read: their first tokens
             word_at.append(len(tokens))
-            stuck = stuck_from([*(frames[k] for k in word_at[:-1]), frame])
+            stuck = stuck_from([*read_at, frame])
             if stuck is not None:  # words recited without the attention moving: not the audio's
                 cut = word_at[stuck]  # (a word before nxt: the run holds STUCK_WORDS >= 2 words)
                 following = tokens[cut]
                 del tokens[cut:], probs[cut:], attns[cut:], frames[cut:]
                 looped = True
                 break
-        if aligned and not relaxed and starts_word(nxt) and starts_over(
-                frame, [frames[k] for k in word_at[:-1]], forced, win.committed_end_frame, cfg.reread_frames,
-                lambda: says_again(tok.decode([nxt]), tok.decode(win.committed))):  # noqa: B023 (called here)
-            break  # a new word read from audio already transcribed: the decoder is starting over
+            if not relaxed and starts_over(
+                    frame, read_at, forced, win.committed_end_frame, cfg.reread_frames,
+                    lambda: says_again(tok.decode([nxt]), tok.decode(win.committed))):  # noqa: B023 (called here)
+                break  # a new word read from audio already transcribed: the decoder is starting over
         tokens.append(nxt)
         probs.append(float(torch.softmax(row, -1)[nxt]))
         attns.append(attn)
