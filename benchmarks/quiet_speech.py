@@ -16,7 +16,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -25,10 +24,7 @@ from susurrus.audio.io import decode_audio
 from susurrus.evaluation.bench import offline_reference
 from susurrus.evaluation.data import SHARED_DATA, read_manifest
 from susurrus.evaluation.metrics import error_counts
-
-
-def at_peak(audio: np.ndarray, dbfs: float) -> np.ndarray:
-    return (audio * (10 ** (dbfs / 20) / max(float(np.abs(audio).max()), 1e-12))).astype(np.float32)
+from susurrus.evaluation.signals import at_peak
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ import pytest
 from conftest import DATA, need_data
 
 from susurrus.audio.io import decode_audio
+from susurrus.evaluation import signals
 from susurrus.evaluation.data import read_manifest
 from susurrus.evaluation.degrade import numbered_reading, whisperize
 from susurrus.evaluation.health import commit_delays, gated_words, longest_repetition, lost_words
@@ -89,17 +90,20 @@ def test_whispered_speech_is_transcribed_not_gated_away(tiny, dev_item):
 def test_a_word_counts_as_lost_only_where_the_stream_lacks_it():
     """Offline timing alone puts a word in audio the gate skipped; it is lost only when the
     stream's text has nothing equal in its place (in scoring units: characters for Chinese)."""
+    def said(*pieces: str) -> list[Word]:  # a stream's words (their times play no part)
+        return [Word(0.0, 0.0, p, 1.0) for p in pieces]
+
     words = [Word(0.0, 0.4, " Go", 0.9), Word(0.4, 0.6, " to", 0.9), Word(0.6, 1.0, " her,", 0.9),
              Word(1.0, 1.2, " um", 0.9)]
     skipped = [(0.0, 0.45), (0.95, 1.3)]  # "Go", and "um" (normalised away: no unit to lose)
     assert [w.word for w in gated_words(words, skipped)] == [" Go", " um"]
     assert [w.word for w in lost_words(words, skipped)] == [" Go", " um"]  # no stream text given
-    assert lost_words(words, skipped, [" go", " to", " her."]) == []
-    assert [w.word for w in lost_words(words, skipped, [" to", " her"])] == [" Go"]
-    assert [w.word for w in lost_words(words, skipped, [" So", " to", " her"])] == [" Go"]  # misread
+    assert lost_words(words, skipped, said(" go", " to", " her.")) == []
+    assert [w.word for w in lost_words(words, skipped, said(" to", " her"))] == [" Go"]
+    assert [w.word for w in lost_words(words, skipped, said(" So", " to", " her"))] == [" Go"]  # misread
     zh = [Word(0.0, 0.3, "用", 0.9), Word(0.3, 0.5, "户", 0.9)]
-    assert lost_words(zh, [(0.0, 0.2)], ["用户"], "zh", "char") == []
-    assert [w.word for w in lost_words(zh, [(0.0, 0.2)], ["户"], "zh", "char")] == ["用"]
+    assert lost_words(zh, [(0.0, 0.2)], said("用户"), "zh", "char") == []
+    assert [w.word for w in lost_words(zh, [(0.0, 0.2)], said("户"), "zh", "char")] == ["用"]
 
 
 def _sphinx_one() -> np.ndarray:
@@ -294,8 +298,7 @@ def test_speech_far_below_full_scale_keeps_its_words(tiny, dev_item):
     """Speech peaking at -60 dBFS (a microphone's gain far too low), which offline Whisper still
     reads: Silero VAD alone heard none of it, and the gate skipped it (dev items at that level:
     4 of 49 streams empty, 28 s skipped); the VAD now reads it amplified."""
-    audio = decode_audio(dev_item("jfk_inaugural").audio)
-    audio = (audio * (10 ** (-60 / 20) / np.abs(audio).max())).astype(np.float32)
+    audio = signals.at_peak(decode_audio(dev_item("jfk_inaugural").audio), -60)
     offline_text, offline_words = _offline(tiny, audio)
     stream = _stream(tiny, audio)
     errors, n = error_counts(offline_text, stream.text)

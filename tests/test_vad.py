@@ -83,17 +83,13 @@ def test_vad_same_probabilities_however_chunked(vad, dev_item):
     assert state.frames_done == len(whole) and len(state.remainder) == 0
 
 
-def at_peak(audio: np.ndarray, dbfs: float) -> np.ndarray:
-    return (audio * (10 ** (dbfs / 20) / np.abs(audio).max())).astype(np.float32)
-
-
 def test_quiet_speech_is_heard_as_loud_speech_is(vad, dev_item):
     """Speech peaking at -60 dBFS (Whisper still reads it): Silero alone hears no speech in it;
     the VAD's input gain makes it hear what it hears in the same speech at full level, the same
     however the stream is cut."""
     audio = decode_audio(str(dev_item("jfk_inaugural").audio))[: 8 * 16000]
-    loud = run(vad, at_peak(audio, -3)) >= 0.5
-    quiet_audio = at_peak(audio, -60)
+    loud = run(vad, signals.at_peak(audio, -3)) >= 0.5
+    quiet_audio = signals.at_peak(audio, -60)
     raw, _ = vad.frames(frame_inputs(VadState(), quiet_audio, final=True)[0], VadState().rnn)
     assert loud.mean() > 0.5 and (raw >= 0.5).mean() < 0.05  # Silero alone: deaf to it
     quiet = run(vad, quiet_audio)
@@ -108,9 +104,9 @@ def test_quiet_speech_is_heard_as_loud_speech_is(vad, dev_item):
 def test_the_amplified_reading_leaves_loud_streams_and_silence_alone(vad, dev_item):
     audio = decode_audio(str(dev_item("jfk_inaugural").audio))[: 2 * 16000]
     state = VadState()
-    push_vad(vad, state, at_peak(audio, -3))
+    push_vad(vad, state, signals.at_peak(audio, -3))
     assert state.quiet_rnn is None  # once a stream has peaked at the level, one reading
-    assert quiet_gains(state, frame_inputs(state, at_peak(audio, -50))[0]) is None
+    assert quiet_gains(state, frame_inputs(state, signals.at_peak(audio, -50))[0]) is None
     assert (run(vad, np.zeros(16000, np.float32)) < 0.05).all()  # digital silence, amplified, is silence
     hiss = frame_inputs(VadState(), signals.white_noise(1.0, level_dbfs=-120.0))[0]
     assert quiet_gains(VadState(), hiss).max() == 100.0  # 40 dB at most

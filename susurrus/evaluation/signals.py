@@ -24,6 +24,11 @@ def db_to_amplitude(dbfs: float) -> float:
     return float(10.0 ** (dbfs / 20.0))
 
 
+def at_peak(audio: np.ndarray, dbfs: float) -> np.ndarray:
+    """``audio`` scaled so that its largest sample magnitude is ``dbfs`` (float32)."""
+    return (audio * (db_to_amplitude(dbfs) / max(float(np.abs(audio).max()), 1e-12))).astype(np.float32)
+
+
 def rms_dbfs(x: np.ndarray) -> float:
     """RMS level in dBFS (a full-scale sine reads -3 dBFS); -inf for digital silence."""
     r = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if len(x) else 0.0
