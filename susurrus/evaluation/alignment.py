@@ -44,11 +44,13 @@ def align_words(ref: Sequence[str], hyp: Sequence[str], substitutions: bool = Fa
     return pairs[::-1]
 
 
-def normalized_words(words: Sequence[Word]) -> tuple[list[str], list[int]]:
-    """Normalised tokens of hypothesis words and, per token, the index of its word."""
+def normalized_words(words: Sequence[Word], language: str = "en", unit: str = "word") -> tuple[list[str], list[int]]:
+    """Normalised tokens (characters for ``unit="char"``) of words and, per token, the index of
+    its word."""
     tokens, owner = [], []
     for k, w in enumerate(words):
-        for t in normalize(w.word).split():
+        text = normalize(w.word, language)
+        for t in (list(text.replace(" ", "")) if unit == "char" else text.split()):
             tokens.append(t)
             owner.append(k)
     return tokens, owner

@@ -367,8 +367,8 @@ def score_item(item: Item, session: StreamSession, offline: tuple[str, list[Word
     delays = health.commit_delays(session.words, offline_words, audio_s)
     res.max_delay_s = round(max(delays, default=0.0), 3)
     res.gated_words = [w.word for w in health.gated_words(offline_words, session.skipped)]
-    res.lost_words = [w.word for w in health.lost_words(offline_words, session.skipped, [w.word for w in session.words],
-                                                        item.language, unit)]
+    res.lost_words = [w.word for w in health.lost_words(offline_words, session.skipped, session.words, item.language,
+                                                        unit)]
     return res
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from susurrus.evaluation.alignment import align_words
-from susurrus.evaluation.metrics import error_counts, normalize
+from susurrus.evaluation.alignment import align_words, normalized_words
+from susurrus.evaluation.metrics import error_counts
 from susurrus.streaming.guards import LOOP_WORDS, word_key
 
 
@@ -70,34 +70,24 @@ def gated_words(offline_words: Sequence[TimedWord], skipped: Sequence[tuple[floa
     return out
 
 
-def _units(words: Sequence[str], language: str, unit: str) -> tuple[list[str], list[int]]:
-    """Scoring units (normalised words, or characters for ``unit="char"``) of ``words`` and,
-    per unit, the index of its word."""
-    units, owner = [], []
-    for k, word in enumerate(words):
-        text = normalize(word, language)
-        for u in (list(text.replace(" ", "")) if unit == "char" else text.split()):
-            units.append(u)
-            owner.append(k)
-    return units, owner
-
-
 def lost_words(offline_words: Sequence[TimedWord], skipped: Sequence[tuple[float, float]],
-               stream_words: Sequence[str] | None = None, language: str = "en", unit: str = "word",
+               stream_words: Sequence[TimedWord] | None = None, language: str = "en", unit: str = "word",
                share: float = 0.5) -> list[TimedWord]:
     """The :func:`gated_words` the stream lost: with ``stream_words`` (the stream's committed
     words), only those none of whose units the stream has in their place (a minimum-edit
     alignment of the offline text's units to the stream's: a word the stream wrote, though the
-    offline timing puts it in skipped audio, was not lost; one it misread there counts). Without
-    ``stream_words``, every gated word."""
+    offline timing puts it in skipped audio, was not lost; one it misread there counts; one with
+    no unit to score, a filler the normaliser drops, is not counted). Without ``stream_words``,
+    every gated word."""
     gated = gated_words(offline_words, skipped, share)
     if stream_words is None or not gated:
         return gated
-    ref, owner = _units([w.word for w in offline_words], language, unit)
-    hyp, _ = _units(list(stream_words), language, unit)
+    ref, owner = normalized_words(offline_words, language, unit)
+    hyp, _ = normalized_words(stream_words, language, unit)
     kept = {owner[i] for i, _ in align_words(ref, hyp)}
-    index = {id(w): k for k, w in enumerate(offline_words)}
-    return [w for w in gated if index[id(w)] not in kept and any(o == index[id(w)] for o in owner)]
+    lost = set(owner) - kept  # words with units, none of them in the stream's text
+    gated_ids = {id(w) for w in gated}
+    return [w for k, w in enumerate(offline_words) if k in lost and id(w) in gated_ids]
 
 
 def agreement_error(offline_text: str, stream_text: str, language: str = "en") -> tuple[int, int]:
