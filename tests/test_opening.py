@@ -41,8 +41,8 @@ def lost_opening_audio():
     return decode_audio(items["thorsten_d2211c12c486"].audio)
 
 
-def streamed_words(model, audio, **settings) -> list[str]:
-    stream = model.stream(language="de", **settings)
+def streamed_words(model, audio, language: str | None = "de", **settings) -> list[str]:
+    stream = model.stream(language=language, **settings)
     for i in range(0, len(audio), 1600):
         stream.feed(audio[i:i + 1600])
     stream.finish()
@@ -60,3 +60,14 @@ def test_a_streams_lost_opening_words_come_back_on_real_speech(base, lost_openin
     assert at >= 1 and with_check[at:at + 3] == without[:3], with_check
     if first_commit_ms > 1500:  # the whole utterance read in both directions: offline's words
         assert with_check[:2] == ["die", "ursache"], with_check
+
+
+def test_an_opening_first_read_after_the_language_is_detected_is_checked(base, lost_opening_audio):
+    """Without a language the window decodes nothing until the language is decided (here after
+    3 s of audio), so no earlier reading can show its opening moving: a first reading that had
+    audio enough to commit at once is checked all the same, and the words in front come back."""
+    without = streamed_words(base, lost_opening_audio, language=None, opening_check=False)
+    detected = streamed_words(base, lost_opening_audio, language=None)
+    assert without.index("für") == 0, without  # first read at 3.2 s, its opening words already lost
+    at = detected.index("für")
+    assert at >= 1 and detected[at:at + 3] == without[:3], detected

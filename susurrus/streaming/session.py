@@ -361,9 +361,15 @@ class StreamSession(WindowDecoding, VoiceActivity):
             win.last_reading = []  # (it read on from words committed since; a reading that commits is the hypothesis)
         guard_vad = self.vad_state if self.vad is not None else None
         found = None  # the window's opening words the stream lost (opening.py), committed in front
-        moved = not win.committed and bool(tokens) and bool(win.first_tokens - {tokens[0]})  # its opening moved
         if not win.committed and tokens:
+            if win.first_read_ms is None:
+                win.first_read_ms = win.mel.shape[1] * 10
+            # its opening moved, or it was first read with right context enough to commit at once (as
+            # when a language is detected after seconds): no earlier reading could show it moving
+            moved = bool(win.first_tokens - {tokens[0]}) or win.first_read_ms >= cfg.first_commit_ms
             win.first_tokens.add(tokens[0])
+        else:
+            moved = False
         if n_commit and moved and again is None and cfg.opening_check and cfg.task == "transcribe":
             found = yield from find_opening(self.net, self.tokenizer, cfg, win, self.cross, self._prompt(), self._rules,
                                             self._starts_word, tokens, probs, qk, n_commit, n_real,

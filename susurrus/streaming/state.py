@@ -38,6 +38,7 @@ class WindowState:
     read_again_at: int | None = None  # encoder frames when it was last read again for an overdue commit (overdue.py)
     last_reading: list[int] = field(default_factory=list)  # ... that reading's tokens, when it committed none
     first_tokens: set[int] = field(default_factory=set)  # the first tokens of its hypotheses before its first commit
+    first_read_ms: int | None = None  # the window's audio (ms) when a step first decoded something in it
     prefix: DecoderCache | None = None  # self-attention keys/values of the forced prefix but its last token
     # the storage ``mel`` is the front of: new frames are written in place, and it is reallocated
     # (with room to spare) only now and then, not at every step (growing copies fragment the heap
