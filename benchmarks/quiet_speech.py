@@ -1,13 +1,14 @@
 """Speech recorded far below full scale: what the gate and the stream keep of it.
 
-Every English dev item (``../shared/data/dev``) is scaled so its loudest sample sits at each
-``--peaks`` level (dBFS) and transcribed twice with the same model: offline (greedy with the
-temperature fallback, as ``susurrus transcribe --beam-size 1``) and streamed at the default
-setting, fed in 100 ms pieces. Per level: WER % of each against the references, the stream's
-audio the voice activity gate never let the engine encode (``StreamSession.skipped``), and the
-streams that came out empty.
+Every English item of a data set (``../shared/data/dev`` unless ``--data`` says another) is
+scaled so its loudest sample sits at each ``--peaks`` level (dBFS) and transcribed twice with
+the same model: offline (greedy with the temperature fallback, as ``susurrus transcribe
+--beam-size 1``) and streamed at the default setting, fed in 100 ms pieces. Per level: WER % of
+each against the references, the stream's audio the voice activity gate never let the engine
+encode (``StreamSession.skipped``), and the streams that came out empty.
 
-    python benchmarks/quiet_speech.py [--peaks -40,-50,-55,-60,-65] [--model tiny.en]
+    python benchmarks/quiet_speech.py [--peaks=-40,-50,-55,-60,-65] [--model tiny.en]
+    python benchmarks/quiet_speech.py --data ../shared/data/hard --peaks=-20,-30,-45   # speech in noise
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def main() -> None:
         rows.append(f"| {peak:g} | {100 * stream_err / n:.2f} | {100 * off_err / n:.2f} | {skipped:.1f} "
                     f"| {empty} of {len(items)} |")
         print(rows[-1], file=sys.stderr, flush=True)
-    print(f"\n{args.model}, {len(items)} English dev items, each scaled to its peak level\n")
+    print(f"\n{args.model}, {len(items)} English items of {Path(args.data).name}, each scaled to its peak level\n")
     print("| peak dBFS | stream WER % | offline WER % | audio the gate skipped s | streams empty |")
     print("|---|---|---|---|---|")
     print("\n".join(rows))
