@@ -83,7 +83,8 @@ SIGNALS: dict[str, Callable[[float], np.ndarray]] = {
     "pink -40": lambda s: signals.pink_noise(s, level_dbfs=-40.0),
     "music -20": lambda s: signals.music(s, level_dbfs=-20.0),
     "music -40": lambda s: signals.music(s, level_dbfs=-40.0),
-    # quieter than the VAD's input level (streaming/vad.py VAD_LEVEL): the VAD reads them amplified
+    # far below full scale: the VAD also reads them amplified (streaming/vad.py VAD_GAINS: the signals
+    # at -40 and -60 peak under -12 dBFS; those at -20 peak at -6 to -8 and are read once)
     "white -60": lambda s: signals.white_noise(s, level_dbfs=-60.0),
     "pink -60": lambda s: signals.pink_noise(s, level_dbfs=-60.0),
     "music -60": lambda s: signals.music(s, level_dbfs=-60.0),

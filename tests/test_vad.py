@@ -20,6 +20,7 @@ from susurrus.streaming.hallucination import (
 from susurrus.streaming.vad import (
     FRAME_MS,
     FRAME_SAMPLES,
+    VAD_GAINS,
     SpeechStarted,
     SpeechStopped,
     TurnConfig,
@@ -28,11 +29,11 @@ from susurrus.streaming.vad import (
     finish_turn,
     frame_inputs,
     is_speech_padded,
+    live_rows,
     load_vad,
     push_turn,
     push_vad,
     push_vad_steps,
-    quiet_gains,
     silero_model_path,
     speech_fraction,
     text_turn_silence_ms,
@@ -101,15 +102,44 @@ def test_quiet_speech_is_heard_as_loud_speech_is(vad, dev_item):
     np.testing.assert_allclose(np.concatenate(parts), quiet, atol=1e-6)
 
 
-def test_the_amplified_reading_leaves_loud_streams_and_silence_alone(vad, dev_item):
+def test_the_amplified_readings_leave_loud_streams_and_silence_alone(vad, dev_item):
     audio = decode_audio(str(dev_item("jfk_inaugural").audio))[: 2 * 16000]
     state = VadState()
     push_vad(vad, state, signals.at_peak(audio, -3))
-    assert state.quiet_rnn is None  # once a stream has peaked at the level, one reading
-    assert quiet_gains(state, frame_inputs(state, signals.at_peak(audio, -50))[0]) is None
+    assert state.gained == {}  # a stream that has peaked at -12 dBFS or above: one reading
+    assert live_rows(state, frame_inputs(state, signals.at_peak(audio, -50))[0]) == []
+    state = VadState()
+    push_vad(vad, state, signals.at_peak(audio, -20))
+    assert sorted(state.gained) == [0]  # x4 keeps a -20 dBFS peak within full scale, x16 does not
     assert (run(vad, np.zeros(16000, np.float32)) < 0.05).all()  # digital silence, amplified, is silence
     hiss = frame_inputs(VadState(), signals.white_noise(1.0, level_dbfs=-120.0))[0]
-    assert quiet_gains(VadState(), hiss).max() == 100.0  # 40 dB at most
+    assert [k for k, _ in live_rows(VadState(), hiss)] == [1, 2] and max(VAD_GAINS) == 64.0  # 36 dB at most,
+    # and two amplified readings at once: the loudest two
+
+
+def test_speech_in_noise_is_heard_at_any_recording_level(vad, hard_items):
+    """Speech in as much noise (0 dB SNR, a real recording): Silero hears it at the recording's
+    own peak (-6 dBFS) and hardly at all at -20 or -30 dBFS, a recording level as ordinary; read
+    amplified by a fixed gain besides, the VAD hears it as at full level, however the stream is
+    cut."""
+    item = next((i for i in hard_items if i.id == "noizeus_sp17_airport_0dB"), None)
+    if item is None:
+        pytest.skip("hard item noizeus_sp17_airport_0dB not in the manifest")
+    audio = decode_audio(str(item.audio))
+    loud = (run(vad, signals.at_peak(audio, -6)) >= 0.5).mean()
+    assert loud > 0.5
+    for peak in (-20, -30, -45):
+        x = signals.at_peak(audio, peak)
+        alone, _ = vad.frames(frame_inputs(VadState(), x, final=True)[0], VadState().rnn)
+        assert (alone >= 0.5).mean() < 0.25, peak  # Silero alone, at the level it is given
+        heard = run(vad, x)
+        assert abs((heard >= 0.5).mean() - loud) <= 0.1, peak
+        assert (heard >= alone - 1e-6).all()  # never less likely than the stream's own reading
+        state, parts = VadState(), []
+        for i in range(0, len(x), 777):
+            parts.append(push_vad(vad, state, x[i:i + 777]))
+        parts.append(push_vad(vad, state, np.zeros(0, np.float32), final=True))
+        np.testing.assert_allclose(np.concatenate(parts), heard, atol=1e-6)
 
 
 def test_a_whisper_after_an_amplified_lead_in_is_heard_at_its_own_level(vad, dev_item):
@@ -141,6 +171,28 @@ def test_vad_frames_of_many_streams_together_are_each_streams_own(vad, dev_items
         np.testing.assert_array_equal(new_rnn, own_rnn)
 
 
+def test_streams_read_at_different_gains_together_are_each_streams_own(vad, dev_item):
+    """A round of streams at different levels (read once, twice, three times) run as one
+    model pass (``calls.run_together``): each stream gets its own readings' probabilities, and
+    they are those it gets alone."""
+    from susurrus.streaming.calls import Packing, run_together
+
+    audio = decode_audio(str(dev_item("jfk_inaugural").audio))[: 3 * 16000]
+    streams = [signals.at_peak(audio, peak) for peak in (-3, -20, -30, -50, -20)]
+    alone_states, together_states = [VadState() for _ in streams], [VadState() for _ in streams]
+    no_split = Packing((), frozenset(), frozenset())  # VAD calls only: no network to look at
+    for lo, hi in ((0, 9000), (9000, 30000), (30000, len(audio))):
+        want = [push_vad(vad, st, x[lo:hi]) for st, x in zip(alone_states, streams)]
+        steps = [push_vad_steps(vad, st, x[lo:hi]) for st, x in zip(together_states, streams)]
+        calls = [next(g) for g in steps]
+        if lo == 30000:  # by then each stream has peaked: itself, then one or two gains
+            assert [len(c.rows) for c in calls] == [1, 2, 3, 3, 2]
+        for g, result, own in zip(steps, run_together(None, calls, no_split), want):
+            with pytest.raises(StopIteration) as stop:
+                g.send(result)
+            np.testing.assert_array_equal(stop.value.value, own)
+
+
 def test_vad_steps_yield_the_frames_push_vad_runs(vad, dev_item):
     audio = decode_audio(str(dev_item("jfk_inaugural").audio))[: 3 * 16000]
     state, steps_state = VadState(), VadState()
@@ -154,7 +206,7 @@ def test_vad_steps_yield_the_frames_push_vad_runs(vad, dev_item):
         else:
             with pytest.raises(StopIteration) as stop:
                 while True:  # the frames, and for a quiet stream their amplified reading
-                    call = steps.send(vad.frames(call.inputs, call.rnn))
+                    call = steps.send(vad.run(call.rows))
             np.testing.assert_array_equal(stop.value.value, want)
         assert steps_state.frames_done == state.frames_done
         np.testing.assert_array_equal(steps_state.probs, state.probs)

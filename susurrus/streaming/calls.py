@@ -84,7 +84,7 @@ def run_alone(net: Whisper, call: ModelCall) -> Any:
     if isinstance(call, CrossKV):
         return net.decoder.cross_kv(call.features)
     if isinstance(call, VadFrames):
-        return call.vad.frames(call.inputs, call.rnn)
+        return call.vad.run(call.rows)
     raise TypeError(f"not a model call: {call!r}")
 
 
@@ -207,9 +207,9 @@ def run_together(net: Whisper, calls: list[ModelCall], packing: Packing | None =
             for i in idx:
                 by_vad.setdefault(id(calls[i].vad), []).append(i)
             for group in by_vad.values():
-                vad = calls[group[0]].vad
-                for i, out in zip(group, vad.frames_together([(calls[i].inputs, calls[i].rnn) for i in group])):
-                    results[i] = out
+                outs = calls[group[0]].vad.frames_together([row for i in group for row in calls[i].rows])
+                for i in group:  # each stream's readings, in order
+                    results[i], outs = outs[:len(calls[i].rows)], outs[len(calls[i].rows):]
         else:
             raise TypeError(f"not a model call: {calls[idx[0]]!r}")
     return results

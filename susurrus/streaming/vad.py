@@ -40,16 +40,21 @@ SAMPLE_RATE = 16000
 FRAME_SAMPLES = 512  # Silero VAD's frame at 16 kHz
 FRAME_MS = 32  # FRAME_SAMPLES / 16 kHz
 CONTEXT_SAMPLES = 64  # samples of the previous frame the model reads before each frame
-# Silero hears less and less speech below a peak of about -40 dBFS and none below -65, where
-# Whisper still reads it (the English dev items scaled to a -60 dBFS peak: tiny.en offline 7.7 %
-# WER; streamed, the gate skipped 28 s of speech, 4 of 49 streams came out empty). Until a stream
-# has peaked at VAD_LEVEL the VAD also reads it amplified to that level (by VAD_MAX_GAIN at most:
-# digital near-silence stays silence), on a recurrent state of its own started at the stream's
-# first sound, and a frame is as likely speech as the likelier reading says. The amplified
-# reading is a second one, not the stream's: Silero's state follows the level it hears, and one
-# that heard an amplified lead-in then heard a whisper at its own level as far less likely speech.
-VAD_LEVEL = 0.03  # peak sample magnitude (-30 dBFS)
-VAD_MAX_GAIN = 100.0  # 40 dB
+# Silero's speech probabilities depend on the level it hears: clean speech fades below a peak of
+# about -40 dBFS (none below -65, where Whisper still reads it: the English dev items at a -60 dBFS
+# peak, tiny.en offline 7.7 % WER, streamed 4 of 49 empty), speech in noise far sooner (hard's
+# 0 dB SNR items: 58-71 % of frames speech at their own peak of about -6 dBFS, 0-21 % at -20, none
+# at -30; streamed at -30, two of five came out empty with the gate open: the hallucination guard
+# found no speech under their words). So the VAD also reads a stream amplified by each of
+# VAD_GAINS, each reading on a recurrent state of its own from the stream's first sound, for as
+# long as that gain keeps the stream's peak so far within full scale; a frame is as likely speech
+# as the likeliest reading says. A stream that peaks at -12 dBFS or above is read once. The gains
+# are fixed, not set from the peak so far: Silero's state follows the level it hears, and a
+# reading whose gain stepped down as the peak rose heard what followed as far less likely speech
+# (a state started afresh at the new gain in the middle of speech too); one reading of the
+# stream itself stays for the same reason (a whisper after an amplified lead-in, read on one
+# state, was lost). 36 dB at most: digital near-silence stays silence.
+VAD_GAINS = (4.0, 16.0, 64.0)  # 12, 24 and 36 dB
 
 
 def silero_model_path(name: str = "silero_vad.onnx") -> Path:
@@ -98,6 +103,10 @@ class SileroVad:
             out[i], rnn = self.frame(inputs[i:i + 1], rnn)
         return out, rnn
 
+    def run(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`frames` of each row (inputs, rnn): one row alone, several together."""
+        return [self.frames(*rows[0])] if len(rows) == 1 else self.frames_together(rows)
+
     def frames_together(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Many streams' :meth:`frames` at once: the i-th frames of every stream that has one
         run as one batch (the network is recurrent along a stream, never across streams). Each
@@ -119,14 +128,14 @@ class SileroVad:
 
 @dataclass
 class VadFrames:
-    """A stream's VAD frames as a model call (:mod:`~susurrus.streaming.calls`): ``inputs``
-    (n, 64 + 512) through ``vad`` from recurrent state ``rnn``; result: ``(probs (n,), rnn)``.
-    Run alone with :meth:`SileroVad.frames`, with other streams' with
-    :meth:`SileroVad.frames_together`."""
+    """A stream's VAD frames as a model call (:mod:`~susurrus.streaming.calls`): ``rows``, the
+    frames as they are and each amplified reading of them, ``(inputs (n, 64 + 512), rnn)``
+    through ``vad``, each from its own recurrent state; result: ``[(probs (n,), rnn)]`` per row.
+    Run alone with :meth:`SileroVad.run` (a stream's readings as one batch), with other
+    streams' with :meth:`SileroVad.frames_together`."""
 
     vad: SileroVad
-    inputs: np.ndarray
-    rnn: np.ndarray
+    rows: list[tuple[np.ndarray, np.ndarray]]
 
 
 def load_vad(threads: int = 1) -> SileroVad:
@@ -147,7 +156,7 @@ class VadState:
     remainder: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     frames_done: int = 0  # frames analysed since the stream started
     peak: float = 0.0  # the largest sample magnitude of those frames
-    quiet_rnn: np.ndarray | None = None  # the amplified reading's recurrent state, while peak < VAD_LEVEL
+    gained: dict[int, np.ndarray] = field(default_factory=dict)  # VAD_GAINS[k]'s reading's state, while read
     probs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     probs_start: int = 0  # absolute frame index of probs[0]
 
@@ -176,25 +185,25 @@ def frame_inputs(state: VadState, samples: np.ndarray, final: bool = False) -> t
     return inputs, buf[n * FRAME_SAMPLES:].copy()
 
 
-def quiet_gains(state: VadState, inputs: np.ndarray) -> np.ndarray | None:
-    """Per frame of :func:`frame_inputs`, the gain of the amplified reading: ``VAD_LEVEL`` over
-    the stream's peak up to the end of the frame, at most ``VAD_MAX_GAIN``; 1 for a frame read
-    once (the peak has reached the level, or the stream has been digital silence so far).
-    A frame's gain depends on the samples up to it alone, so the readings stay the same however
-    the stream is cut. None when no frame is read amplified."""
-    if not len(inputs) or state.peak >= VAD_LEVEL:
-        return None
+def live_rows(state: VadState, inputs: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Per gain of ``VAD_GAINS`` (by index) read for some frames of :func:`frame_inputs`:
+    those frames. A gain is read from the stream's first sound for as long as it keeps the
+    stream's peak so far within full scale, and only while at most one larger gain does too
+    (the larger ones are the louder readings; the next one down has the history to take over
+    when the loudest one stops): a run of frames. A frame's readings depend on the samples up
+    to it alone, so they stay the same however the stream is cut."""
+    if not len(inputs) or state.peak * VAD_GAINS[0] > 1.0:
+        return []
     frame_peaks = np.abs(inputs[:, CONTEXT_SAMPLES:]).max(axis=1)
     peaks = np.maximum.accumulate(np.maximum(frame_peaks, state.peak))
-    gains = np.where(peaks < VAD_LEVEL, np.minimum(VAD_MAX_GAIN, VAD_LEVEL / np.maximum(peaks, 1e-30)), 1.0)
-    gains[peaks == 0.0] = 1.0  # the amplified reading starts at the stream's first sound
-    return gains if (gains > 1.0).any() else None
-
-
-def quiet_inputs(inputs: np.ndarray, gains: np.ndarray) -> np.ndarray:
-    """The amplified reading's frames: those with a gain above 1, amplified, in order."""
-    rows = gains > 1.0
-    return (inputs[rows] * gains[rows, None].astype(np.float32)).astype(np.float32)
+    out = []
+    for k, gain in enumerate(VAD_GAINS):
+        read = (peaks > 0.0) & (peaks * gain <= 1.0)
+        if k + 2 < len(VAD_GAINS):
+            read &= peaks * VAD_GAINS[k + 2] > 1.0
+        if read.any():
+            out.append((k, np.flatnonzero(read)))
+    return out
 
 
 def fresh_rnn() -> np.ndarray:
@@ -202,20 +211,8 @@ def fresh_rnn() -> np.ndarray:
     return np.zeros((2, 1, 128), dtype=np.float32)
 
 
-def quiet_rnn(state: VadState) -> np.ndarray:
-    return state.quiet_rnn if state.quiet_rnn is not None else fresh_rnn()
-
-
-def heard(probs: np.ndarray, quiet: np.ndarray, gains: np.ndarray) -> np.ndarray:
-    """A frame's probability: the likelier of its two readings where it was read amplified."""
-    out = probs.copy()
-    rows = gains > 1.0
-    out[rows] = np.maximum(probs[rows], quiet)
-    return out
-
-
 def record_frames(state: VadState, inputs: np.ndarray, left: np.ndarray, probs: np.ndarray,
-                  rnn: np.ndarray, quiet: np.ndarray | None = None) -> np.ndarray:
+                  rnn: np.ndarray, gained: dict[int, np.ndarray] | None = None) -> np.ndarray:
     """Keep what the frames of :func:`frame_inputs` gave (their probabilities, the recurrent
     states after them, their peak) and the samples left over in ``state``; returns ``probs``."""
     n = len(inputs)
@@ -223,10 +220,8 @@ def record_frames(state: VadState, inputs: np.ndarray, left: np.ndarray, probs: 
     if n:
         state.context = inputs[-1, -CONTEXT_SAMPLES:].copy()
         state.peak = max(state.peak, float(np.abs(inputs[:, CONTEXT_SAMPLES:]).max()))
-    if quiet is not None:
-        state.quiet_rnn = quiet
-    if state.peak >= VAD_LEVEL:
-        state.quiet_rnn = None
+    state.gained.update(gained or {})
+    state.gained = {k: h for k, h in state.gained.items() if state.peak * VAD_GAINS[k] <= 1.0}
     state.remainder = left
     state.frames_done += n
     if n:
@@ -247,7 +242,7 @@ def push_vad(vad: SileroVad, state: VadState, samples: np.ndarray, final: bool =
     try:
         call = next(steps)
         while True:
-            call = steps.send(vad.frames(call.inputs, call.rnn))
+            call = steps.send(vad.run(call.rows))
     except StopIteration as done:
         return done.value
 
@@ -255,19 +250,22 @@ def push_vad(vad: SileroVad, state: VadState, samples: np.ndarray, final: bool =
 def push_vad_steps(vad: SileroVad, state: VadState, samples: np.ndarray,
                    final: bool = False) -> Generator[VadFrames, Any, np.ndarray]:
     """:func:`push_vad` as a generator that yields its frames as a :class:`VadFrames` call
-    (none when the samples complete no frame; a second one for the amplified reading of a quiet
-    stream), so that many streams' frames run together."""
+    (none when the samples complete no frame; with a row per amplified reading of a stream that
+    has not peaked at -12 dBFS, :func:`live_rows`), so that many streams' frames run together."""
     inputs, left = frame_inputs(state, samples, final)
-    quiet_state = None
+    gained: dict[int, np.ndarray] = {}
     if len(inputs):
-        probs, rnn = yield VadFrames(vad, inputs, state.rnn)
-        gains = quiet_gains(state, inputs)
-        if gains is not None:  # the amplified reading: a second call
-            quiet, quiet_state = yield VadFrames(vad, quiet_inputs(inputs, gains), quiet_rnn(state))
-            probs = heard(probs, quiet, gains)
+        live = live_rows(state, inputs)
+        amplified = [(inputs[rows] * np.float32(VAD_GAINS[k]), state.gained.get(k, fresh_rnn())) for k, rows in live]
+        (probs, rnn), *readings = yield VadFrames(vad, [(inputs, state.rnn), *amplified])
+        if live:
+            probs = probs.copy()
+        for (k, rows), (heard, h) in zip(live, readings):
+            probs[rows] = np.maximum(probs[rows], heard)  # the likeliest reading
+            gained[k] = h
     else:
         probs, rnn = np.zeros(0, dtype=np.float32), state.rnn
-    return record_frames(state, inputs, left, probs, rnn, quiet_state)
+    return record_frames(state, inputs, left, probs, rnn, gained)
 
 
 def vad_probs(state: VadState, start_ms: float, end_ms: float) -> tuple[int, np.ndarray]:
