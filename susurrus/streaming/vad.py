@@ -198,9 +198,9 @@ def live_rows(state: VadState, inputs: np.ndarray) -> list[tuple[int, np.ndarray
     peaks = np.maximum.accumulate(np.maximum(frame_peaks, state.peak))
     out = []
     for k, gain in enumerate(VAD_GAINS):
-        read = (peaks > 0.0) & (peaks * gain <= 1.0)
+        read = (peaks > 0.0) & (peaks <= 1.0 / gain)  # (a product would overflow on absurd input)
         if k + 2 < len(VAD_GAINS):
-            read &= peaks * VAD_GAINS[k + 2] > 1.0
+            read &= peaks > 1.0 / VAD_GAINS[k + 2]
         if read.any():
             out.append((k, np.flatnonzero(read)))
     return out
