@@ -50,6 +50,13 @@ def run(vad, audio: np.ndarray, state: VadState | None = None, final: bool = Tru
     return push_vad(vad, state if state is not None else VadState(), audio, final=final)
 
 
+def in_pieces(vad, audio: np.ndarray, size: int = 777) -> np.ndarray:
+    """:func:`run` with the audio fed in pieces of ``size`` samples (then the end)."""
+    state = VadState()
+    parts = [push_vad(vad, state, audio[i:i + size]) for i in range(0, len(audio), size)]
+    return np.concatenate([*parts, push_vad(vad, state, np.zeros(0, np.float32), final=True)])
+
+
 @pytest.fixture(scope="module")
 def two_utterances(longform_items):
     """The first two utterances of the LJSpeech long-form stream (tight boundaries, 0.4 s pause
@@ -95,11 +102,7 @@ def test_quiet_speech_is_heard_as_loud_speech_is(vad, dev_item):
     assert loud.mean() > 0.5 and (raw >= 0.5).mean() < 0.05  # Silero alone: deaf to it
     quiet = run(vad, quiet_audio)
     assert ((quiet >= 0.5) == loud).mean() >= 0.9
-    state, parts = VadState(), []
-    for i in range(0, len(quiet_audio), 777):
-        parts.append(push_vad(vad, state, quiet_audio[i:i + 777]))
-    parts.append(push_vad(vad, state, np.zeros(0, np.float32), final=True))
-    np.testing.assert_allclose(np.concatenate(parts), quiet, atol=1e-6)
+    np.testing.assert_allclose(in_pieces(vad, quiet_audio), quiet, atol=1e-6)
 
 
 def test_the_amplified_readings_leave_loud_streams_and_silence_alone(vad, dev_item):
@@ -111,7 +114,7 @@ def test_the_amplified_readings_leave_loud_streams_and_silence_alone(vad, dev_it
     state = VadState()
     push_vad(vad, state, signals.at_peak(audio, -20))
     assert sorted(state.gained) == [0]  # x4 keeps a -20 dBFS peak within full scale, x16 does not
-    assert (run(vad, np.zeros(16000, np.float32)) < 0.05).all()  # digital silence, amplified, is silence
+    assert (run(vad, np.zeros(16000, np.float32)) < 0.05).all()  # digital silence: never amplified
     hiss = frame_inputs(VadState(), signals.white_noise(1.0, level_dbfs=-120.0))[0]
     assert [k for k, _ in live_rows(VadState(), hiss)] == [1, 2] and max(VAD_GAINS) == 64.0  # 36 dB at most,
     # and two amplified readings at once: the loudest two
@@ -135,11 +138,7 @@ def test_speech_in_noise_is_heard_at_any_recording_level(vad, hard_items):
         heard = run(vad, x)
         assert abs((heard >= 0.5).mean() - loud) <= 0.1, peak
         assert (heard >= alone - 1e-6).all()  # never less likely than the stream's own reading
-        state, parts = VadState(), []
-        for i in range(0, len(x), 777):
-            parts.append(push_vad(vad, state, x[i:i + 777]))
-        parts.append(push_vad(vad, state, np.zeros(0, np.float32), final=True))
-        np.testing.assert_allclose(np.concatenate(parts), heard, atol=1e-6)
+        np.testing.assert_allclose(in_pieces(vad, x), heard, atol=1e-6)
 
 
 def test_a_whisper_after_an_amplified_lead_in_is_heard_at_its_own_level(vad, dev_item):
@@ -204,9 +203,8 @@ def test_vad_steps_yield_the_frames_push_vad_runs(vad, dev_item):
         except StopIteration as stop:
             assert len(want) == 0 and len(stop.value) == 0
         else:
-            with pytest.raises(StopIteration) as stop:
-                while True:  # the frames, and for a quiet stream their amplified reading
-                    call = steps.send(vad.run(call.rows))
+            with pytest.raises(StopIteration) as stop:  # one call: the frames and their amplified readings
+                steps.send(vad.run(call.rows))
             np.testing.assert_array_equal(stop.value.value, want)
         assert steps_state.frames_done == state.frames_done
         np.testing.assert_array_equal(steps_state.probs, state.probs)
