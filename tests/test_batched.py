@@ -10,8 +10,10 @@ import torch
 from susurrus.audio.io import decode_audio
 from susurrus.model import batched
 from susurrus.model.caches import DecoderCache, EncoderCache
+from susurrus.model.whisper import top_entries
 from susurrus.streaming.batch import BatchError
 from susurrus.streaming.calls import DecodeTokens, Lockstep
+from susurrus.streaming.state import CrossBuffer, silence_cross_kv
 from susurrus.streaming.vad import TurnConfig
 
 SR = 16000
@@ -67,6 +69,48 @@ def test_packed_passes_equal_each_row_alone(tiny_float32):
             assert torch.allclose(hidden, ref, atol=1e-4)
             assert torch.allclose(qk, ref_qk, atol=1e-3)
             assert new_cache.offset == ref_cache.offset
+
+
+def test_rows_reading_the_shared_silence_equal_each_row_alone(tiny_float32):
+    """Streams' cross-attention reads their own frames, then the silence every stream shares
+    (``CrossBuffer``); a packed pass multiplies all rows' queries with the shared part at once,
+    each from its own start. Rows with no real frame, a few hundred, and a full window (nothing
+    shared), one and several tokens: each row's hidden states and alignment scores equal its
+    own pass."""
+    net = tiny_float32.net
+    torch.manual_seed(2)
+    width = net.dims.n_audio_state
+    silence = silence_cross_kv(net)
+    prompt = [50257, 50362]
+    rows = []
+    with torch.inference_mode():
+        for real, tokens in ((0, prompt), (120, [464]), (700, prompt + [314, 561]), (1500, [290]), (333, [11])):
+            buffer = CrossBuffer(silence)
+            if real:
+                buffer.write(0, net.decoder.cross_kv(torch.randn(1, real, width)))
+            rows.append((tokens, DecoderCache(list(buffer.kv), [None] * net.dims.n_text_layer)))
+        assert sum(row[1].cross[0].shared() is not None for row in rows) == 4
+        outs = batched.decode_tokens(net.decoder, rows, net.alignment_heads)
+        for (tokens, cache), (hidden, _, qk) in zip(rows, outs):
+            ref, _, ref_qk = net.decoder(torch.tensor([tokens]), cache, alignment_heads=net.alignment_heads,
+                                         project=False)
+            assert torch.allclose(hidden, ref, atol=1e-4)
+            assert torch.allclose(qk, ref_qk, atol=1e-3)
+
+
+def test_shortlist_of_a_row_is_topk_of_it():
+    """``top_entries`` (the rescored shortlist) is ``topk``'s, indices and order, on rows with
+    many ties and with masked entries."""
+    torch.manual_seed(3)
+    for trial in range(300):
+        row = torch.randn(51864)
+        if trial % 3 == 1:
+            row = (row * 20).round() / 4  # many ties among the largest
+        if trial % 3 == 2:
+            row[torch.randint(0, 51864, (500,))] = -float("inf")
+            row[50257:] = -float("inf")
+        assert torch.equal(top_entries(row, 32), row.topk(32).indices)
+    assert torch.equal(top_entries(torch.arange(40.0), 32), torch.arange(40.0).topk(32).indices)
 
 
 def test_shortlist_logits_of_a_position_do_not_depend_on_the_rows_beside_it(tiny):

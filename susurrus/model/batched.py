@@ -5,8 +5,9 @@ own cache (earlier frames' or tokens' keys/values, and for the decoder its audio
 cross-attention keys/values). The rows' positions are packed into one ``(positions, width)``
 matrix, so every linear layer, layer norm and MLP runs once for the batch and reads its weights
 once; attention, the only part that mixes positions, runs per row over that row's own cache,
-with the same shapes, masks and kernels as the row alone. Nothing is padded, so no row's
-length or cache costs the others anything.
+with the same shapes and masks as the row alone, except that the decoder's cross-attention
+reads the silence behind every stream's frames, which the streams share, once for all rows
+(:func:`_cross_mix`). Nothing is padded, so no row's length or cache costs the others anything.
 
 With one row this is the same arithmetic as :meth:`AudioEncoder.forward_frames` and
 :meth:`TextDecoder.forward`; with many, a row's results differ from its results alone only by
@@ -26,7 +27,7 @@ from collections.abc import Collection, Sequence
 import torch
 from torch import Tensor, nn
 
-from susurrus.model.caches import KV, DecoderCache, EncoderCache
+from susurrus.model.caches import KV, DecoderCache, EncoderCache, HeadKV, PartedKV, heads_of
 from susurrus.model.whisper import AudioEncoder, MultiHeadAttention, ResidualAttentionBlock, TextDecoder
 
 Shapes = Collection[tuple[int, int]]  # linear layers' weight shapes (out, in)
@@ -82,14 +83,64 @@ def _block(block: ResidualAttentionBlock, x: Tensor, spans: list[tuple[int, int]
     if block.cross_attn is not None and crosses is not None:
         cross = block.cross_attn
         q = cross.query(block.cross_attn_ln(x))
-        mixed = []
-        for i, ((a, b), kv) in enumerate(zip(spans, crosses)):
-            out, scores[i] = cross.mix(q[None, a:b], kv, need_weights=need_weights)
-            mixed.append(out[0])
+        mixed, scores = _cross_mix(cross, q, spans, crosses, need_weights)
         x = x + _linear(cross.out, torch.cat(mixed), spans, split)
     up, act, down = block.mlp
     x = x + _linear(down, act(_linear(up, block.mlp_ln(x), spans, split)), spans, split)
     return x, kvs, scores
+
+
+def _cross_mix(attn: MultiHeadAttention, q: Tensor, spans: list[tuple[int, int]], crosses: Sequence[KV],
+               need_weights: bool) -> tuple[list[Tensor], list[Tensor | None]]:
+    """Each row's cross-attention (``attn.mix`` of its queries ``q[a:b]`` over ``crosses[i]``):
+    its weighted values (T, width) and, with ``need_weights``, its scores. Rows whose keys/values
+    end in the same shared part (:meth:`PartedKV.shared`: the silence behind every stream's own
+    frames) multiply their queries with it in one product, and their weights with its values in
+    another, so that it is read once per pass, not once per row (each row's own frames and its
+    softmax stay its own; a row reads the shared part from its own start, the rest of its row
+    of the weights is zero)."""
+    mixed: list[Tensor | None] = [None] * len(spans)
+    scores: list[Tensor | None] = [None] * len(spans)
+    groups: dict[int, tuple[HeadKV, list[tuple[int, int]]]] = {}
+    for i, kv in enumerate(crosses):
+        shared = kv.shared() if isinstance(kv, PartedKV) else None
+        if shared is not None:
+            groups.setdefault(id(shared[0].k), (shared[0], []))[1].append((i, shared[1]))
+    h, width = attn.n_head, q.shape[-1]
+    for whole, rows in groups.values():
+        if len(rows) < 2:
+            continue
+        qh = heads_of(torch.cat([q[spans[i][0]:spans[i][1]] for i, _ in rows])[None].to(whole.k.dtype), h)
+        common = qh @ whole.k.transpose(-1, -2)  # (1, heads, T, positions): every row's queries
+        weights = torch.zeros_like(common)
+        own_out, at = [], 0
+        for i, start in rows:
+            t = spans[i][1] - spans[i][0]
+            own = crosses[i].parts()[:-1]  # type: ignore[attr-defined]  (a PartedKV: its own frames)
+            qi = qh[:, :, at:at + t]
+            row = torch.cat([qi @ kv.k.transpose(-1, -2) for kv in own] + [common[:, :, at:at + t, start:]],
+                            dim=-1) * (width // h) ** -0.5
+            w = row.float().softmax(dim=-1).to(whole.k.dtype)
+            out, n = None, 0
+            for kv in own:
+                part = w[..., n:n + kv.length] @ kv.v
+                out, n = part if out is None else out + part, n + kv.length
+            weights[:, :, at:at + t, start:] = w[..., n:]
+            own_out.append(out)
+            scores[i] = row.detach() if need_weights else None
+            at += t
+        values = weights @ whole.v  # the shared part's weighted values, every row's in one product
+        at = 0
+        for (i, _), out in zip(rows, own_out):
+            t = spans[i][1] - spans[i][0]
+            part = values[:, :, at:at + t]
+            mixed[i] = (part if out is None else out + part).transpose(1, 2).reshape(t, width).to(q.dtype)
+            at += t
+    for i, ((a, b), kv) in enumerate(zip(spans, crosses)):
+        if mixed[i] is None:
+            out, scores[i] = attn.mix(q[None, a:b], kv, need_weights=need_weights)
+            mixed[i] = out[0]
+    return mixed, scores  # type: ignore[return-value]
 
 
 def encode_frames(encoder: AudioEncoder, rows: Sequence[tuple[Tensor, EncoderCache, Tensor | None]],

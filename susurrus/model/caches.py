@@ -132,6 +132,12 @@ class PartedKV:
         """The non-empty parts, in order, each head by head."""
         raise NotImplementedError
 
+    def shared(self) -> tuple[HeadKV, int] | None:
+        """``(whole, start)`` when the last part is ``whole`` from position ``start`` on and
+        ``whole`` is read by other rows too (a packed pass multiplies all their queries with it
+        at once, :mod:`~susurrus.model.batched`); else None."""
+        return None
+
 
 @dataclass
 class EncoderCache:

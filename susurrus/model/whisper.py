@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -56,6 +57,27 @@ class Linear(nn.Linear):
 class Conv1d(nn.Conv1d):
     def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         return super()._conv_forward(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))
+
+
+def top_entries(row: Tensor, k: int) -> Tensor:
+    """The indices of the ``k`` largest entries of a 1-D float ``row``, as ``row.topk(k)``
+    gives them (largest first), ~4x faster on a vocabulary-wide row: the largest of each 16
+    entries are ranked first, the k-th of those is a floor that at least ``k`` entries reach,
+    and only the entries at or above it are ranked. Where two of the first ``k + 1`` tie, the
+    row goes to ``topk`` itself: which of tied entries it keeps, and in which order, is its
+    own rule (the order matters: a matrix-vector product's rows round differently in another
+    order)."""
+    n = row.shape[0]
+    if n < 64 * k:
+        return row.topk(k).indices
+    values = row.numpy()
+    blocks = values[:n - n % 16].reshape(16, -1).max(0)
+    floor = np.partition(blocks, -k)[-k]
+    candidates = np.flatnonzero(values >= floor)
+    picked = torch.from_numpy(values[candidates]).topk(min(k + 1, len(candidates)))
+    if bool((picked.values[1:] == picked.values[:-1]).any()):
+        return row.topk(k).indices  # tied entries: in topk's own order
+    return torch.from_numpy(candidates)[picked.indices[:k]]
 
 
 def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> Tensor:
@@ -254,7 +276,7 @@ class TextDecoder(nn.Module):
         ``approx`` (vocab,), masked entries at -inf stay masked); every other entry is capped
         below the exact ones, so the argmax is exact whenever the true best token is among the
         int8 top ``k`` (its error is ~1 logit; a test checks the argmax on real decoding)."""
-        top = approx.topk(k).indices
+        top = top_entries(approx, k)
         top = top[torch.isfinite(approx[top])]
         exact = self.token_embedding.weight[top].to(x.dtype) @ x
         out = approx.clone()

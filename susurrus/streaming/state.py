@@ -127,6 +127,10 @@ class CrossLayer(PartedKV):
         own, pad = self.buffer.own[self.layer], self.buffer.pad[self.layer]
         return [kv for kv in (own.narrow(0, n), pad.narrow(n, pad.length - n)) if kv.length]
 
+    def shared(self) -> tuple[HeadKV, int] | None:
+        pad = self.buffer.pad[self.layer]
+        return (pad, self.buffer.real) if self.buffer.real < pad.length else None
+
 
 @torch.inference_mode()
 def silence_cross_kv(net: Whisper, level: float = SILENCE_LEVEL) -> list[HeadKV]:
