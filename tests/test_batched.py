@@ -71,12 +71,15 @@ def test_packed_passes_equal_each_row_alone(tiny_float32):
             assert new_cache.offset == ref_cache.offset
 
 
-def test_rows_reading_the_shared_silence_equal_each_row_alone(tiny_float32):
+@pytest.mark.parametrize("queries", [256, 3])
+def test_rows_reading_the_shared_silence_equal_each_row_alone(tiny_float32, monkeypatch, queries):
     """Streams' cross-attention reads their own frames, then the silence every stream shares
     (``CrossBuffer``); a packed pass multiplies all rows' queries with the shared part at once,
-    each from its own start. Rows with no real frame, a few hundred, and a full window (nothing
-    shared), one and several tokens: each row's hidden states and alignment scores equal its
-    own pass."""
+    each from its own start, at most ``SHARED_QUERIES`` queries a product (3: the rows split
+    into products of two rows and rows alone). Rows with no real frame, a few hundred, and a
+    full window (nothing shared), one and several tokens: each row's hidden states and
+    alignment scores equal its own pass."""
+    monkeypatch.setattr(batched, "SHARED_QUERIES", queries)
     net = tiny_float32.net
     torch.manual_seed(2)
     width = net.dims.n_audio_state

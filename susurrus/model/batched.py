@@ -106,41 +106,69 @@ def _cross_mix(attn: MultiHeadAttention, q: Tensor, spans: list[tuple[int, int]]
         shared = kv.shared() if isinstance(kv, PartedKV) else None
         if shared is not None:
             groups.setdefault(id(shared[0].k), (shared[0], []))[1].append((i, shared[1]))
-    h, width = attn.n_head, q.shape[-1]
-    for whole, rows in groups.values():
-        if len(rows) < 2:
-            continue
-        qh = heads_of(torch.cat([q[spans[i][0]:spans[i][1]] for i, _ in rows])[None].to(whole.k.dtype), h)
-        common = qh @ whole.k.transpose(-1, -2)  # (1, heads, T, positions): every row's queries
-        weights = torch.zeros_like(common)
-        own_out, at = [], 0
-        for i, start in rows:
-            t = spans[i][1] - spans[i][0]
-            own = crosses[i].parts()[:-1]  # type: ignore[attr-defined]  (a PartedKV: its own frames)
-            qi = qh[:, :, at:at + t]
-            row = torch.cat([qi @ kv.k.transpose(-1, -2) for kv in own] + [common[:, :, at:at + t, start:]],
-                            dim=-1) * (width // h) ** -0.5
-            w = row.float().softmax(dim=-1).to(whole.k.dtype)
-            out, n = None, 0
-            for kv in own:
-                part = w[..., n:n + kv.length] @ kv.v
-                out, n = part if out is None else out + part, n + kv.length
-            weights[:, :, at:at + t, start:] = w[..., n:]
-            own_out.append(out)
-            scores[i] = row.detach() if need_weights else None
-            at += t
-        values = weights @ whole.v  # the shared part's weighted values, every row's in one product
-        at = 0
-        for (i, _), out in zip(rows, own_out):
-            t = spans[i][1] - spans[i][0]
-            part = values[:, :, at:at + t]
-            mixed[i] = (part if out is None else out + part).transpose(1, 2).reshape(t, width).to(q.dtype)
-            at += t
+    for whole, group in groups.values():
+        for rows in _bounded(group, spans):
+            if len(rows) >= 2:
+                _shared_rows(attn, q, spans, crosses, whole, rows, need_weights, mixed, scores)
     for i, ((a, b), kv) in enumerate(zip(spans, crosses)):
         if mixed[i] is None:
             out, scores[i] = attn.mix(q[None, a:b], kv, need_weights=need_weights)
             mixed[i] = out[0]
     return mixed, scores  # type: ignore[return-value]
+
+
+# at most this many queries in one product with a shared part: its scores and weights are
+# (heads, queries, 1500) each; a round of streams that all decode a long prefix would otherwise
+# hold hundreds of MB of them at once
+SHARED_QUERIES = 256
+
+
+def _bounded(rows: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """``rows`` in consecutive runs of at most :data:`SHARED_QUERIES` queries (a longer row alone)."""
+    runs: list[list[tuple[int, int]]] = [[]]
+    count = 0
+    for row in rows:
+        t = spans[row[0]][1] - spans[row[0]][0]
+        if runs[-1] and count + t > SHARED_QUERIES:
+            runs.append([])
+            count = 0
+        runs[-1].append(row)
+        count += t
+    return runs
+
+
+def _shared_rows(attn: MultiHeadAttention, q: Tensor, spans: list[tuple[int, int]], crosses: Sequence[KV],
+                 whole: HeadKV, rows: list[tuple[int, int]], need_weights: bool,
+                 mixed: list[Tensor | None], scores: list[Tensor | None]) -> None:
+    """:func:`_cross_mix` for ``rows`` ``(index, start)`` that all end in ``whole`` from their
+    ``start`` on: their results written into ``mixed`` and ``scores``."""
+    h, width = attn.n_head, q.shape[-1]
+    qh = heads_of(torch.cat([q[spans[i][0]:spans[i][1]] for i, _ in rows])[None].to(whole.k.dtype), h)
+    common = qh @ whole.k.transpose(-1, -2)  # (1, heads, T, positions): every row's queries
+    weights = torch.zeros_like(common)
+    own_out, at = [], 0
+    for i, start in rows:
+        t = spans[i][1] - spans[i][0]
+        own = crosses[i].parts()[:-1]  # type: ignore[attr-defined]  (a PartedKV: its own frames)
+        qi = qh[:, :, at:at + t]
+        row = torch.cat([qi @ kv.k.transpose(-1, -2) for kv in own] + [common[:, :, at:at + t, start:]],
+                        dim=-1) * (width // h) ** -0.5
+        w = row.float().softmax(dim=-1).to(whole.k.dtype)
+        out, n = None, 0
+        for kv in own:
+            part = w[..., n:n + kv.length] @ kv.v
+            out, n = part if out is None else out + part, n + kv.length
+        weights[:, :, at:at + t, start:] = w[..., n:]
+        own_out.append(out)
+        scores[i] = row.detach() if need_weights else None
+        at += t
+    values = weights @ whole.v  # the shared part's weighted values, every row's in one product
+    at = 0
+    for (i, _), out in zip(rows, own_out):
+        t = spans[i][1] - spans[i][0]
+        part = values[:, :, at:at + t]
+        mixed[i] = (part if out is None else out + part).transpose(1, 2).reshape(t, width).to(q.dtype)
+        at += t
 
 
 def encode_frames(encoder: AudioEncoder, rows: Sequence[tuple[Tensor, EncoderCache, Tensor | None]],
