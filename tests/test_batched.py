@@ -38,6 +38,18 @@ def _encoder_rows(net, sizes, real: int) -> list[tuple[torch.Tensor, EncoderCach
     return rows
 
 
+def _assert_decoded_as_alone(net, rows) -> None:
+    """A packed decoder pass over ``rows`` ``(tokens, cache)``: each row's hidden states,
+    alignment scores and cache length as its own pass gives them."""
+    outs = batched.decode_tokens(net.decoder, rows, net.alignment_heads)
+    for (tokens, cache), (hidden, new_cache, qk) in zip(rows, outs):
+        ref, ref_cache, ref_qk = net.decoder(torch.tensor([tokens]), cache, alignment_heads=net.alignment_heads,
+                                             project=False)
+        assert torch.allclose(hidden, ref, atol=1e-4)
+        assert torch.allclose(qk, ref_qk, atol=1e-3)
+        assert new_cache.offset == ref_cache.offset
+
+
 def test_packed_passes_equal_each_row_alone(tiny_float32):
     """Rows of different lengths over caches of different lengths (one masked as the silence
     continuation is): packed outputs and caches equal each row's own forward pass (float32: a
@@ -62,13 +74,7 @@ def test_packed_passes_equal_each_row_alone(tiny_float32):
             if past:
                 _, cache, _ = net.decoder(torch.tensor([prompt + past]), cache, project=False)
             drows.append(([464] if past else prompt, cache))
-        outs = batched.decode_tokens(net.decoder, drows, net.alignment_heads)
-        for (tokens, cache), (hidden, new_cache, qk) in zip(drows, outs):
-            ref, ref_cache, ref_qk = net.decoder(torch.tensor([tokens]), cache, alignment_heads=net.alignment_heads,
-                                                 project=False)
-            assert torch.allclose(hidden, ref, atol=1e-4)
-            assert torch.allclose(qk, ref_qk, atol=1e-3)
-            assert new_cache.offset == ref_cache.offset
+        _assert_decoded_as_alone(net, drows)
 
 
 @pytest.mark.parametrize("queries", [256, 3])
@@ -93,12 +99,7 @@ def test_rows_reading_the_shared_silence_equal_each_row_alone(tiny_float32, monk
                 buffer.write(0, net.decoder.cross_kv(torch.randn(1, real, width)))
             rows.append((tokens, DecoderCache(list(buffer.kv), [None] * net.dims.n_text_layer)))
         assert sum(row[1].cross[0].shared() is not None for row in rows) == 4
-        outs = batched.decode_tokens(net.decoder, rows, net.alignment_heads)
-        for (tokens, cache), (hidden, _, qk) in zip(rows, outs):
-            ref, _, ref_qk = net.decoder(torch.tensor([tokens]), cache, alignment_heads=net.alignment_heads,
-                                         project=False)
-            assert torch.allclose(hidden, ref, atol=1e-4)
-            assert torch.allclose(qk, ref_qk, atol=1e-3)
+        _assert_decoded_as_alone(net, rows)
 
 
 def test_shortlist_of_a_row_is_topk_of_it():
