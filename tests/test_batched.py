@@ -104,7 +104,7 @@ def test_rows_reading_the_shared_silence_equal_each_row_alone(tiny_float32, monk
 
 def test_shortlist_of_a_row_is_topk_of_it():
     """``top_entries`` (the rescored shortlist) is ``topk``'s, indices and order, on rows with
-    many ties and with masked entries."""
+    many ties, with masked entries, and with a NaN."""
     torch.manual_seed(3)
     for trial in range(300):
         row = torch.randn(51864)
@@ -115,6 +115,9 @@ def test_shortlist_of_a_row_is_topk_of_it():
             row[50257:] = -float("inf")
         assert torch.equal(top_entries(row, 32), row.topk(32).indices)
     assert torch.equal(top_entries(torch.arange(40.0), 32), torch.arange(40.0).topk(32).indices)
+    row = torch.randn(51864)
+    row[7] = float("nan")  # ranked first by topk
+    assert torch.equal(top_entries(row, 32), row.topk(32).indices)
 
 
 def test_shortlist_logits_of_a_position_do_not_depend_on_the_rows_beside_it(tiny):

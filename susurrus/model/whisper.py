@@ -68,12 +68,14 @@ def top_entries(row: Tensor, k: int) -> Tensor:
     own rule (the order matters: a matrix-vector product's rows round differently in another
     order)."""
     n = row.shape[0]
-    if n < 64 * k:
+    if n < 64 * k or row.dtype != torch.float32 or row.device.type != "cpu":
         return row.topk(k).indices
     values = row.numpy()
     blocks = values[:n - n % 16].reshape(16, -1).max(0)
     floor = np.partition(blocks, -k)[-k]
     candidates = np.flatnonzero(values >= floor)
+    if len(candidates) < k:  # (NaN, which topk ranks first)
+        return row.topk(k).indices
     picked = torch.from_numpy(values[candidates]).topk(min(k + 1, len(candidates)))
     if bool((picked.values[1:] == picked.values[:-1]).any()):
         return row.topk(k).indices  # tied entries: in topk's own order
