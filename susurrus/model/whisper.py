@@ -68,7 +68,7 @@ def top_entries(row: Tensor, k: int) -> Tensor:
     own rule (the order matters: a matrix-vector product's rows round differently in another
     order)."""
     n = row.shape[0]
-    if n < 64 * k or row.dtype != torch.float32 or row.device.type != "cpu":
+    if n < 64 * k or row.dtype != torch.float32 or row.device.type != "cpu" or row.requires_grad:
         return row.topk(k).indices
     values = row.numpy()
     blocks = values[:n - n % 16].reshape(16, -1).max(0)
