@@ -21,6 +21,7 @@ from susurrus.streaming.vad import (
     FRAME_MS,
     FRAME_SAMPLES,
     VAD_GAINS,
+    SileroVad,
     SpeechStarted,
     SpeechStopped,
     TurnConfig,
@@ -28,6 +29,7 @@ from susurrus.streaming.vad import (
     VadState,
     finish_turn,
     frame_inputs,
+    fresh_rnn,
     is_speech_padded,
     live_rows,
     load_vad,
@@ -153,9 +155,39 @@ def test_a_whisper_after_an_amplified_lead_in_is_heard_at_its_own_level(vad, dev
     np.testing.assert_array_equal(probs[late], alone[late])
 
 
-def test_vad_frames_of_many_streams_together_are_each_streams_own(vad, dev_items):
+def test_sequence_model_is_the_per_frame_model(vad, dev_items):
+    """The sequence export (a stream's frames in one call) gives the per-frame model's
+    probabilities and recurrent state bit for bit: on real speech at its own level and amplified
+    as the VAD reads quiet streams, in calls of different lengths, from states mid-stream."""
+    if vad.sequence is None:
+        pytest.skip("this silero-vad has no sequence export (>= 6.2.3 ships it)")
+    per_frame = SileroVad(sequence=False)
+    assert per_frame.sequence is None
+    for k, item in enumerate(dev_items[:4]):
+        inputs = frame_inputs(VadState(), decode_audio(str(item.audio))[: 5 * 16000])[0]
+        for gain in (1.0, *VAD_GAINS):
+            x = inputs * np.float32(gain)
+            want, want_rnn = per_frame.frames(x, fresh_rnn())
+            got, rnn, at = [], fresh_rnn(), 0
+            for size in (1, 7, 20, 3 + 11 * k, len(x)):  # calls of different lengths, one state along them
+                probs, rnn = vad.frames(x[at:at + size], rnn)
+                got.append(probs)
+                at += size
+            assert at >= len(x) and (want > 0.5).any()
+            np.testing.assert_array_equal(np.concatenate(got), want)
+            np.testing.assert_array_equal(rnn, want_rnn)
+    empty, same = vad.frames(np.zeros((0, 576), np.float32), fresh_rnn())
+    assert len(empty) == 0 and same.shape == (2, 1, 128)
+
+
+@pytest.mark.parametrize("sequence", [True, False], ids=["sequence", "per-frame"])
+def test_vad_frames_of_many_streams_together_are_each_streams_own(sequence, dev_items):
     """Many streams' frames in one batch (a Lockstep round): every stream's probabilities and
-    recurrent state bit-identical to its own, with streams of different lengths and states."""
+    recurrent state bit-identical to its own, with streams of different lengths and states;
+    with the sequence export and with the per-frame model's batch per frame index."""
+    vad = SileroVad(sequence=sequence)
+    if sequence and vad.sequence is None:
+        pytest.skip("this silero-vad has no sequence export (>= 6.2.3 ships it)")
     audios = [decode_audio(str(item.audio))[: int(16000 * (1.0 + 0.37 * k))] for k, item in enumerate(dev_items[:6])]
     states = [VadState() for _ in audios]
     for state, audio in zip(states, audios):  # different recurrent states to start from

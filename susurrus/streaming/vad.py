@@ -55,10 +55,11 @@ CONTEXT_SAMPLES = 64  # samples of the previous frame the model reads before eac
 # stream itself stays for the same reason (a whisper after an amplified lead-in, read on one
 # state, was lost). 36 dB at most: digital near-silence stays silence.
 VAD_GAINS = (4.0, 16.0, 64.0)  # 12, 24 and 36 dB
+SEQUENCE_MODEL = "silero_vad_16k_sequence.onnx"  # many frames of one stream per call (silero-vad >= 6.2.3)
 
 
 def silero_model_path(name: str = "silero_vad.onnx") -> Path:
-    """The model file inside the installed ``silero-vad`` package.
+    """The model file ``name`` inside the installed ``silero-vad`` package.
 
     Found without importing the package: ``silero_vad.model`` calls ``torch.set_num_threads(1)``
     at import time, which would silently slow down Whisper in the same process."""
@@ -76,9 +77,17 @@ class SileroVad:
 
     It holds no per-stream state: everything that changes lives in :class:`VadState`.
     ``onnxruntime.InferenceSession.run`` is thread-safe, so streams on several threads can
-    share one instance."""
+    share one instance.
 
-    def __init__(self, path: str | Path | None = None, threads: int = 1):
+    A stream's frames run in one call of the sequence export the package ships beside the
+    per-frame model (``silero_vad_16k_sequence.onnx``, silero-vad >= 6.2.3): the same network,
+    its convolutions over all the frames at once and its LSTM along them, ~46 µs a frame in
+    calls of 20 frames against ~100 µs a frame one call each (``tests/test_vad.py`` checks that
+    its probabilities and state are bit-identical to the per-frame model's on real speech). Where
+    the package lacks it, the per-frame model runs frame by frame, and many streams' frames as
+    one batch per frame index (:meth:`frames_together`)."""
+
+    def __init__(self, path: str | Path | None = None, threads: int = 1, sequence: bool = True):
         import onnxruntime
 
         opts = onnxruntime.SessionOptions()
@@ -88,16 +97,32 @@ class SileroVad:
         self.path = Path(path) if path is not None else silero_model_path()
         self.session = onnxruntime.InferenceSession(str(self.path), sess_options=opts,
                                                     providers=["CPUExecutionProvider"])
+        self.sequence = None  # the sequence export, when it is there (and ``path`` was not given)
+        if sequence and path is None:
+            try:
+                self.sequence = onnxruntime.InferenceSession(str(silero_model_path(SEQUENCE_MODEL)), sess_options=opts,
+                                                             providers=["CPUExecutionProvider"])
+            except FileNotFoundError:
+                pass
         self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
 
     def frame(self, x: np.ndarray, rnn: np.ndarray) -> tuple[float, np.ndarray]:
-        """One frame: ``x`` is (1, 64 + 512) samples (context then frame); returns (prob, rnn)."""
+        """One frame through the per-frame model: ``x`` is (1, 64 + 512) samples (context then
+        frame); returns (prob, rnn)."""
         out, rnn = self.session.run(None, {"input": x, "state": rnn, "sr": self._sr})
         return float(out[0, 0]), rnn
 
     def frames(self, inputs: np.ndarray, rnn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One stream's frames in order: ``inputs`` (n, 64 + 512) as :func:`frame_inputs` makes
-        them, ``rnn`` its recurrent state (2, 1, 128); returns (probabilities (n,), rnn)."""
+        them, ``rnn`` its recurrent state (2, 1, 128), LSTM's h then c; returns (probabilities
+        (n,), rnn)."""
+        if self.sequence is not None:
+            if not len(inputs):
+                return np.zeros(0, dtype=np.float32), rnn
+            x = np.ascontiguousarray(inputs, dtype=np.float32)
+            probs, h, c = self.sequence.run(None, {"input": x, "h": np.ascontiguousarray(rnn[:1]),
+                                                   "c": np.ascontiguousarray(rnn[1:])})
+            return probs.astype(np.float32, copy=False).reshape(-1), np.concatenate([h, c])
         out = np.empty(len(inputs), dtype=np.float32)
         for i in range(len(inputs)):
             out[i], rnn = self.frame(inputs[i:i + 1], rnn)
@@ -108,11 +133,14 @@ class SileroVad:
         return [self.frames(*rows[0])] if len(rows) == 1 else self.frames_together(rows)
 
     def frames_together(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Many streams' :meth:`frames` at once: the i-th frames of every stream that has one
-        run as one batch (the network is recurrent along a stream, never across streams). Each
-        row's results are bit-identical to its own :meth:`frames` (onnxruntime computes a batch
-        row by row with the same kernels; ``tests/test_vad.py`` checks it on real speech), and a
-        32-stream round costs ~half as much per frame as the streams one by one."""
+        """Many streams' :meth:`frames` (a Lockstep round's). With the sequence export, each
+        stream's frames are one call (as cheap per frame as the per-frame model's batch of 32
+        streams). Without it, the i-th frames of every stream that has one run as one batch (the
+        network is recurrent along a stream, never across streams), ~half as much per frame at
+        32 streams as the streams one by one. Either way each row's results are bit-identical to
+        its own :meth:`frames` (``tests/test_vad.py`` checks it on real speech)."""
+        if self.sequence is not None:
+            return [self.frames(*row) for row in rows]
         outs = [np.empty(len(inputs), dtype=np.float32) for inputs, _ in rows]
         state = np.concatenate([rnn for _, rnn in rows], axis=1)
         for i in range(max((len(inputs) for inputs, _ in rows), default=0)):
