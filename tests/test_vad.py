@@ -20,6 +20,7 @@ from susurrus.streaming.hallucination import (
 from susurrus.streaming.vad import (
     FRAME_MS,
     FRAME_SAMPLES,
+    SEQUENCE_CALL_FRAMES,
     VAD_GAINS,
     SileroVad,
     SpeechStarted,
@@ -176,6 +177,8 @@ def test_sequence_model_is_the_per_frame_model(vad, dev_items):
             assert at >= len(x) and (want > 0.5).any()
             np.testing.assert_array_equal(np.concatenate(got), want)
             np.testing.assert_array_equal(rnn, want_rnn)
+    longer = np.tile(inputs, (-(-(SEQUENCE_CALL_FRAMES + 100) // len(inputs)), 1))  # more than one call's frames
+    np.testing.assert_array_equal(vad.frames(longer, fresh_rnn())[0], per_frame.frames(longer, fresh_rnn())[0])
     empty, same = vad.frames(np.zeros((0, 576), np.float32), fresh_rnn())
     assert len(empty) == 0 and same.shape == (2, 1, 128)
 

@@ -56,6 +56,7 @@ CONTEXT_SAMPLES = 64  # samples of the previous frame the model reads before eac
 # state, was lost). 36 dB at most: digital near-silence stays silence.
 VAD_GAINS = (4.0, 16.0, 64.0)  # 12, 24 and 36 dB
 SEQUENCE_MODEL = "silero_vad_16k_sequence.onnx"  # many frames of one stream per call (silero-vad >= 6.2.3)
+SEQUENCE_CALL_FRAMES = 512  # frames per call of it at most (16 s of audio; a step has ~20)
 
 
 def silero_model_path(name: str = "silero_vad.onnx") -> Path:
@@ -117,12 +118,13 @@ class SileroVad:
         them, ``rnn`` its recurrent state (2, 1, 128), LSTM's h then c; returns (probabilities
         (n,), rnn)."""
         if self.sequence is not None:
-            if not len(inputs):
-                return np.zeros(0, dtype=np.float32), rnn
-            x = np.ascontiguousarray(inputs, dtype=np.float32)
-            probs, h, c = self.sequence.run(None, {"input": x, "h": np.ascontiguousarray(rnn[:1]),
-                                                   "c": np.ascontiguousarray(rnn[1:])})
-            return probs.astype(np.float32, copy=False).reshape(-1), np.concatenate([h, c])
+            out = np.empty(len(inputs), dtype=np.float32)
+            h, c = np.ascontiguousarray(rnn[:1]), np.ascontiguousarray(rnn[1:])
+            for at in range(0, len(inputs), SEQUENCE_CALL_FRAMES):  # memory bounded however much audio comes at once
+                x = np.ascontiguousarray(inputs[at:at + SEQUENCE_CALL_FRAMES], dtype=np.float32)
+                probs, h, c = self.sequence.run(None, {"input": x, "h": h, "c": c})
+                out[at:at + len(x)] = probs.reshape(-1)
+            return out, np.concatenate([h, c])
         out = np.empty(len(inputs), dtype=np.float32)
         for i in range(len(inputs)):
             out[i], rnn = self.frame(inputs[i:i + 1], rnn)
