@@ -225,6 +225,7 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
                 time.sleep(0.1)
         idle_rss = server_rss_mb(server.pid)
         cpu0, own0 = server_cpu_seconds(server.pid), server_cpu_seconds(server.pid, own=True)
+        clients0 = time.process_time()  # this process: the clients, on the same cores as the server
         wall0 = time.perf_counter()
         url = f"ws://127.0.0.1:{port}/v1/realtime"
 
@@ -243,12 +244,13 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
 
         asyncio.run(everyone())
         wall = time.perf_counter() - wall0
+        clients = time.process_time() - clients0
         cpu = server_cpu_seconds(server.pid) - cpu0
         own = server_cpu_seconds(server.pid, own=True) - own0
     finally:
         server.terminate()
         server.wait(timeout=30)
-    return {"cpu": cpu, "own": own, "wall": wall, "rss": rss[0], "idle_rss": idle_rss}
+    return {"cpu": cpu, "own": own, "wall": wall, "rss": rss[0], "idle_rss": idle_rss, "clients": clients}
 
 
 _ALONE: dict[str, str] = {}
@@ -334,7 +336,8 @@ def summary(model, results: list[Result], run: dict) -> dict:
             "wer_ref": corpus_error_rate([(r.reference, r.transcript) for r in results]),
             "wer_stream": corpus_error_rate([(a, r.transcript) for a, r in zip(alone, results)]),
             "lag": max(r.commit_lag for r in results), "errors": sum(len(r.errors) for r in results),
-            "cores": run["cpu"] / run["wall"], "cost": run["cpu"] / audio, "own": run["own"] / audio, "rss": run["rss"],
+            "cores": run["cpu"] / run["wall"], "client_cores": run["clients"] / run["wall"],
+            "cost": run["cpu"] / audio, "own": run["own"] / audio, "rss": run["rss"],
             "idle_rss": run["idle_rss"], "audio": audio}
 
 
@@ -346,8 +349,9 @@ def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tupl
           f"{args.workers} worker processes, {args.threads} torch thread(s) each, {os.cpu_count()} cores\n")
     print("| engine | clients | wall latency mean / p90 s | sessions' own means min–max s | 1st / 2nd half s | "
           "worst growth s | same text as model.stream | WER vs ref % | WER vs model.stream % | commit → completed "
-          "max s | cores busy | core-s per audio-s (server process alone) | RSS MB (idle → peak) | errors |")
-    print("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|")
+          "max s | cores busy (the clients' process) | core-s per audio-s (server process alone) | "
+          "RSS MB (idle → peak) | errors |")
+    print("|---|---:|---|---|---|---:|---:|---:|---:|---:|---|---|---|---:|")
     for n in counts:
         for batched, window, grid in engines:
             results = chosen_audio(args, n)
@@ -357,7 +361,8 @@ def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tupl
             print(f"| {name} | {n} | {row['mean']:.2f} / {row['p90']:.2f} | "
                   f"{row['spread'][0]:.2f}–{row['spread'][1]:.2f} | "
                   f"{row['first']:.2f} / {row['second']:.2f} | {row['growth']:+.2f} | {row['same']}/{n} | "
-                  f"{row['wer_ref']:.2f} | {row['wer_stream']:.2f} | {row['lag']:.2f} | {row['cores']:.2f} | "
+                  f"{row['wer_ref']:.2f} | {row['wer_stream']:.2f} | {row['lag']:.2f} | {row['cores']:.2f} "
+                  f"({row['client_cores']:.2f}) | "
                   f"{row['cost']:.3f} ({row['own']:.3f}) | {row['idle_rss']:.0f} → {row['rss']:.0f} | "
                   f"{row['errors']} |", flush=True)
 
@@ -399,7 +404,8 @@ def per_file_table(args: argparse.Namespace, model, results: list[Result], run: 
           f"{np.mean(all_algo):.2f} / {pct(all_algo, 90):.2f} | {max(r.commit_lag for r in results):.2f} (max) |")
     print(f"\nserver CPU (with its workers) {cpu:.1f} s for {audio_total:.1f} s of audio: "
           f"{cpu / audio_total:.3f} core-s per audio-s, "
-          f"{cpu / wall:.2f} cores busy on average; wall {wall:.1f} s for streams of at most "
+          f"{cpu / wall:.2f} cores busy on average (the clients' process {run['clients'] / wall:.2f}); "
+          f"wall {wall:.1f} s for streams of at most "
           f"{max(r.duration for r in results):.1f} s; server RSS {run['idle_rss']:.0f} MB idle, "
           f"{run['rss']:.0f} MB at most")
 
