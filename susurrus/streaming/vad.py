@@ -9,7 +9,8 @@ Three layers, each a pure function over explicit state, as the rest of ``streami
    network's recurrent state, the 64-sample context the model reads before each frame, the
    sample remainder and a bounded history of recent probabilities (flat memory). Inside a
    stream's step, :func:`push_vad_steps` yields the frames as a :class:`VadFrames` call, so
-   that many streams' frames run as one batch (:meth:`SileroVad.frames_together`).
+   that many streams' frames run together (:meth:`SileroVad.frames_together`); a stream's
+   frames of a step are one call of Silero's sequence export where the package ships it.
 2. :func:`push_turn` turns probabilities into ``SpeechStarted`` / ``SpeechStopped`` events with
    the semantics of OpenAI's realtime ``server_vad``: speech starts at the first frame whose
    probability reaches ``threshold``; ``audio_start_ms`` includes ``prefix_padding_ms`` before
