@@ -118,6 +118,8 @@ def test_shortlist_of_a_row_is_topk_of_it():
     row = torch.randn(51864)
     row[7] = float("nan")  # ranked first by topk
     assert torch.equal(top_entries(row, 32), row.topk(32).indices)
+    for other in (row.double(), row.bfloat16(), torch.randn(51864, requires_grad=True)):  # not ranked from a floor
+        assert torch.equal(top_entries(other, 32), other.topk(32).indices)
 
 
 def test_shortlist_logits_of_a_position_do_not_depend_on_the_rows_beside_it(tiny):
