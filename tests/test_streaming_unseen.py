@@ -246,6 +246,17 @@ def test_an_overdue_window_commits_what_two_readings_in_both_directions_agree_on
     assert longest_repetition([w.word for w in stream.words]) <= 2
 
 
+def test_an_overdue_window_whose_decoder_is_lost_is_re_anchored_at_the_next_step(tiny):
+    """Non-native speech, step phase 160 ms: after "I think it's" the decoder read " a" from the
+    silence past the audio while 3 s of speech followed (the committed text led it to "it's a
+    good idea"); overdue, its readings agreed on nothing, and the lost-place rule waited for a
+    second lost step, so nothing was committed for 4.6 s, over the bar of 4.14. An overdue
+    window whose decoder is lost has shown the stall already: re-anchored at the next step."""
+    stream, _, wait, bar = _longest_wait(tiny, "speechocean762_096350012", 160)
+    assert wait <= bar, (stream.text, wait)
+    assert longest_repetition([w.word for w in stream.words]) <= 2
+
+
 def test_a_sentence_recited_over_one_spot_of_audio_is_not_committed(base):
     """base, French, after re-anchoring at the window's 24 s: prompted by the text so far, the
     decoder recited "faire un peu de la carrière en traduction automatique." and then "C'est un

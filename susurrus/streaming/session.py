@@ -437,11 +437,17 @@ class StreamSession(WindowDecoding, VoiceActivity):
         # the decoder lost its place: the continuation reads the silence past the audio while
         # speech it has not read remains after the committed text (re-anchored without the
         # prompt after LOST_STEPS such steps, as after a stall, but seconds sooner; a
-        # translation is not aligned with its audio, see commit.py)
+        # translation is not aligned with its audio, see commit.py). A window already overdue
+        # (overdue.py: seconds of speech since its last commit, and this step's overdue commit
+        # found nothing) has shown the stall once that the second lost step would show again a
+        # step later, past the stall bar: it is re-anchored at the next step
         lost = (not final and cfg.task == "transcribe" and (win.committed or self.previous)
                 and reads_past_audio([self._piece(t) for t in tokens[n_commit:]], frames[n_commit:], n_real)
                 and self._speech_after_commit(0.0, cfg.gate_threshold) >= LOST_SPEECH_S)
-        win.lost_steps = win.lost_steps + 1 if lost else 0
+        if lost and not n_commit and self._overdue(n_real):
+            win.lost_steps = LOST_STEPS
+        else:
+            win.lost_steps = win.lost_steps + 1 if lost else 0
         self.interim = self.tokenizer.decode(tokens[n_commit:])
         if not final:
             events.append(Interim(self.interim, self.audio_time))
