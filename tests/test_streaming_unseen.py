@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from conftest import DATA, need_data
 
 from susurrus.audio.io import decode_audio
@@ -33,15 +34,16 @@ def _offline(model, audio):
     return " ".join(s.text.strip() for s in segments), [w for s in segments for w in s.words]
 
 
-def _longest_wait(model, name: str, phase_ms: int):
-    """A hard item streamed at ``phase_ms``: the stream, the offline text, the longest commit
-    delay over the offline words, and its bar (3 s beyond the setting's own delay)."""
+def _longest_wait(model, name: str, phase_ms: int, latency: str | None = None):
+    """A hard item streamed at ``phase_ms`` (and the ``latency`` preset): the stream, the offline
+    text, the longest commit delay over the offline words, and its bar (3 s beyond the setting's
+    own delay)."""
     path = DATA / "hard" / "audio" / f"{name}.wav"
     if not path.exists():
         pytest.skip(f"real speech data absent: {path}")
     audio = decode_audio(str(path))
     offline_text, offline_words = _offline(model, audio)
-    stream = _stream(model, audio, step_phase_ms=phase_ms)
+    stream = _stream(model, audio, latency=latency, step_phase_ms=phase_ms)
     cfg = stream.config
     bar = 3.0 + (cfg.chunk_ms + cfg.commit_margin_ms) / 1000
     return stream, offline_text, max(commit_delays(stream.words, offline_words, len(audio) / SR)), bar
@@ -253,6 +255,23 @@ def test_an_overdue_window_whose_decoder_is_lost_is_re_anchored_at_the_next_step
     second lost step, so nothing was committed for 4.6 s, over the bar of 4.14. An overdue
     window whose decoder is lost has shown the stall already: re-anchored at the next step."""
     stream, _, wait, bar = _longest_wait(tiny, "speechocean762_096350012", 160)
+    assert wait <= bar, (stream.text, wait)
+    assert longest_repetition([w.word for w in stream.words]) <= 2
+
+
+def test_a_decoder_that_ends_without_a_word_while_speech_remains_has_lost_its_place(tiny):
+    """Non-native speech, the high preset at step phase 320 ms, one thread (as the bench runs):
+    after "and the other" the decoder read " side" from the silence past the audio, then ended
+    its continuation with a full stop alone while 4 s of speech followed the committed text. A
+    decode with no word that ends there reads none of that speech, as one that reads past the
+    audio: the overdue window is re-anchored at the next step (5.61 s without a commit reaching
+    an offline word, bar 4.76; the next commit came a step later)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        stream, _, wait, bar = _longest_wait(tiny, "speechocean762_096230001", 320, "high")
+    finally:
+        torch.set_num_threads(before)
     assert wait <= bar, (stream.text, wait)
     assert longest_repetition([w.word for w in stream.words]) <= 2
 

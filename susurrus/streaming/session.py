@@ -434,15 +434,18 @@ class StreamSession(WindowDecoding, VoiceActivity):
         win.prefix = (cache.rewind(len(self._prompt()) + len(win.committed) - 1, keep=True)
                       if found is None and again is None else None)
         win.last_hypothesis = tokens[n_commit:]
-        # the decoder lost its place: the continuation reads the silence past the audio while
-        # speech it has not read remains after the committed text (re-anchored without the
+        # the decoder lost its place: the continuation reads the silence past the audio, or the
+        # decoder ends it without a word, while speech it has not read remains after the
+        # committed text (neither reads any of that speech; re-anchored without the
         # prompt after LOST_STEPS such steps, as after a stall, but seconds sooner; a
         # translation is not aligned with its audio, see commit.py). A window already overdue
         # (overdue.py: seconds of speech since its last commit, and this step's overdue commit
         # found nothing) has shown the stall once that the second lost step would show again a
         # step later, past the stall bar: it is re-anchored at the next step
+        rest = [self._piece(t) for t in tokens[n_commit:]]
         lost = (not final and cfg.task == "transcribe" and (win.committed or self.previous)
-                and reads_past_audio([self._piece(t) for t in tokens[n_commit:]], frames[n_commit:], n_real)
+                and (reads_past_audio(rest, frames[n_commit:], n_real)
+                     or (following == self.tokenizer.eot and not any(map(has_letters, rest))))
                 and self._speech_after_commit(0.0, cfg.gate_threshold) >= LOST_SPEECH_S)
         if lost and not n_commit and self._overdue(n_real):
             win.lost_steps = LOST_STEPS
