@@ -34,16 +34,27 @@ def _offline(model, audio):
     return " ".join(s.text.strip() for s in segments), [w for s in segments for w in s.words]
 
 
-def _longest_wait(model, name: str, phase_ms: int, latency: str | None = None):
-    """A hard item streamed at ``phase_ms`` (and the ``latency`` preset): the stream, the offline
-    text, the longest commit delay over the offline words, and its bar (3 s beyond the setting's
-    own delay)."""
+_OFFLINE: dict[tuple[int, str], tuple] = {}  # (model, item): its offline text and words, shared by tests
+
+
+def _longest_wait(model, name: str, phase_ms: int, latency: str | None = None, threads: int | None = None):
+    """A hard item streamed at ``phase_ms`` (and the ``latency`` preset, on ``threads`` torch
+    threads): the stream, the offline text, the longest commit delay over the offline words, and
+    its bar (3 s beyond the setting's own delay)."""
     path = DATA / "hard" / "audio" / f"{name}.wav"
     if not path.exists():
         pytest.skip(f"real speech data absent: {path}")
     audio = decode_audio(str(path))
-    offline_text, offline_words = _offline(model, audio)
-    stream = _stream(model, audio, latency=latency, step_phase_ms=phase_ms)
+    key = (id(model), name)
+    if key not in _OFFLINE:
+        _OFFLINE[key] = _offline(model, audio)
+    offline_text, offline_words = _OFFLINE[key]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        stream = _stream(model, audio, latency=latency, step_phase_ms=phase_ms)
+    finally:
+        torch.set_num_threads(before)
     cfg = stream.config
     bar = 3.0 + (cfg.chunk_ms + cfg.commit_margin_ms) / 1000
     return stream, offline_text, max(commit_delays(stream.words, offline_words, len(audio) / SR)), bar
@@ -266,12 +277,7 @@ def test_a_decoder_that_ends_without_a_word_while_speech_remains_has_lost_its_pl
     decode with no word that ends there reads none of that speech, as one that reads past the
     audio: the overdue window is re-anchored at the next step (5.61 s without a commit reaching
     an offline word, bar 4.76; the next commit came a step later)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        stream, _, wait, bar = _longest_wait(tiny, "speechocean762_096230001", 320, "high")
-    finally:
-        torch.set_num_threads(before)
+    stream, _, wait, bar = _longest_wait(tiny, "speechocean762_096230001", 320, "high", threads=1)
     assert wait <= bar, (stream.text, wait)
     assert longest_repetition([w.word for w in stream.words]) <= 2
 
