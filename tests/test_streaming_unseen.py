@@ -174,6 +174,10 @@ def test_reads_past_audio_is_a_continuation_that_reads_none_of_it():
     assert not reads_past_audio([" the", " other"], [1495, 120], n_real)  # a glitch it comes back from
     assert not reads_past_audio([".", "!"], [1499, 1499], n_real)
     assert not reads_past_audio([], [], n_real)
+    # a continuation the decoder ended without a word reads none of the audio either
+    assert reads_past_audio([".", "!"], [150, 1499], n_real, ended=True)
+    assert reads_past_audio([], [], n_real, ended=True)
+    assert not reads_past_audio([" same"], [190], n_real, ended=True)  # a word read in the audio, then the end
 
 
 def test_a_decoder_that_lost_its_place_is_re_anchored_soon(tiny):

@@ -156,11 +156,14 @@ def reads_again(committed: list[str], new: list[str]) -> bool:
     return False
 
 
-def reads_past_audio(pieces: list[str], frames: list[int], n_real: int) -> bool:
+def reads_past_audio(pieces: list[str], frames: list[int], n_real: int, ended: bool = False) -> bool:
     """Whether a continuation (its tokens' ``pieces`` and the encoder ``frames`` they attend
     to) reads none of the audio: its first word attends past the ``n_real`` real frames (into
-    the silence after them) and nothing after it comes back into the audio. Said while speech
-    remains after the committed text, the decoder has lost its place: the text so far leads it
-    where the audio does not go (a wrong first guess it cannot continue)."""
+    the silence after them) and nothing after it comes back into the audio; or, ``ended`` (the
+    decoder said end-of-text after it), it has no word at all. Said while speech remains after
+    the committed text, the decoder has lost its place: the text so far leads it where the
+    audio does not go (a wrong first guess it cannot continue, or an end it invents)."""
     first = next((i for i, p in enumerate(pieces) if has_letters(p)), None)
-    return first is not None and all(f >= n_real for f in frames[first:])
+    if first is None:
+        return ended
+    return all(f >= n_real for f in frames[first:])

@@ -442,10 +442,9 @@ class StreamSession(WindowDecoding, VoiceActivity):
         # (overdue.py: seconds of speech since its last commit, and this step's overdue commit
         # found nothing) has shown the stall once that the second lost step would show again a
         # step later, past the stall bar: it is re-anchored at the next step
-        rest = [self._piece(t) for t in tokens[n_commit:]]
         lost = (not final and cfg.task == "transcribe" and (win.committed or self.previous)
-                and (reads_past_audio(rest, frames[n_commit:], n_real)
-                     or (following == self.tokenizer.eot and not any(map(has_letters, rest))))
+                and reads_past_audio([self._piece(t) for t in tokens[n_commit:]], frames[n_commit:], n_real,
+                                     ended=following == self.tokenizer.eot)
                 and self._speech_after_commit(0.0, cfg.gate_threshold) >= LOST_SPEECH_S)
         if lost and not n_commit and self._overdue(n_real):
             win.lost_steps = LOST_STEPS
