@@ -150,6 +150,33 @@ def test_multilingual_stream_detects_the_language(base, dev_item):
     assert corpus_error_rate([(item.text, stream.text)], "fr") <= corpus_error_rate([(item.text, offline)], "fr") + 25
 
 
+def _provisional_ms(stream) -> int:
+    enc = stream.window.encoder
+    return round((enc.frames - enc.finalized) * 20)
+
+
+def test_the_look_ahead_follows_the_streams_language(tiny, base, dev_item):
+    """At the presets but high the language sets the encoder look-ahead: 1 s for English, 1.5 s
+    for other languages and while a stream's language is undecided; an explicit one stays."""
+    english = decode_audio(dev_item("ljspeech_LJ001-0003").audio)[:4 * SR]
+    spanish = decode_audio(dev_item("picovoice_test_es").audio)[:int(3.2 * SR)]
+
+    def provisional(model, audio, **settings) -> int:
+        stream = model.stream(**settings)
+        stream.feed(audio)
+        return _provisional_ms(stream)
+
+    assert provisional(tiny, english) == 1000
+    assert provisional(base, english, language="en") == 1000
+    assert provisional(base, spanish, language="es") == 1500
+    assert provisional(base, spanish) == 1500  # detected: Spanish
+    assert provisional(base, english) == 1000  # detected: English
+    undecided = base.stream()
+    undecided.feed(spanish[:int(2.6 * SR)])  # Spanish is not sure before 3 s
+    assert undecided.language is None and _provisional_ms(undecided) == 1500
+    assert provisional(base, spanish, language="es", lookahead_ms=700) == 700
+
+
 def test_a_stream_of_two_languages_in_turn_detects_both(base, dev_item):
     """Language detection runs again at each window's start after a pause: German, a pause,
     then French (nothing given) is transcribed in each language."""

@@ -38,6 +38,7 @@ from susurrus.evaluation import health
 from susurrus.evaluation.alignment import align_words, normalized_words
 from susurrus.evaluation.data import Item
 from susurrus.evaluation.metrics import error_counts
+from susurrus.streaming.config import lookahead_label, lookahead_ms
 from susurrus.streaming.session import StreamConfig, StreamSession, silence_cross_kv
 from susurrus.streaming.vad import load_vad
 from susurrus.types import Word
@@ -130,7 +131,7 @@ class BenchResult:
     def row(self) -> str:
         c = self.config
         chunk = f"{c.chunk_ms} (phase {c.step_phase_ms})" if c.step_phase_ms else f"{c.chunk_ms}"
-        return (f"| {chunk} | {c.lookahead_ms} | {c.commit_margin_ms} | {c.policy} | {self.wer:.2f} "
+        return (f"| {chunk} | {lookahead_label(c)} | {c.commit_margin_ms} | {c.policy} | {self.wer:.2f} "
                 f"| {self.offline_wer:.2f} | {self.agreement:.2f} | {self.mean_latency:.2f} | {self.latency(50):.2f} "
                 f"| {self.latency(90):.2f} | {self.cost:.3f} | {self.reencode_cost:.2f} "
                 f"| {1000 * statistics.median(self.step_times or [0.0]):.0f} | {self.peak_rss_mb:.0f} |")
@@ -186,7 +187,7 @@ def _clip(text: str, n: int = 70) -> str:
 
 def setting(c: StreamConfig) -> str:
     """A setting's label: chunk/look-ahead/margin ms, and the step phase when not 0."""
-    label = f"{c.chunk_ms}/{c.lookahead_ms}/{c.commit_margin_ms}"
+    label = f"{c.chunk_ms}/{lookahead_label(c)}/{c.commit_margin_ms}"
     return f"{label} phase {c.step_phase_ms}" if c.step_phase_ms else label
 
 
@@ -294,6 +295,8 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
     vad = load_vad()
     results = []
     for config in configs:
+        if not model.is_multilingual:  # English only: the look-ahead English sets, in the tables
+            config = replace(config, lookahead_ms=lookahead_ms(config, "en"))
         res = BenchResult(config=config, full_encode_s=statistics.median(times))
         groups = [items[i:i + together] for i in range(0, len(items), max(1, together))]
         bar = tqdm(total=len(items), desc=f"stream {setting(config)}",

@@ -25,6 +25,14 @@ RETRY_SPEECH_S = 0.5  # speech left 0.5 s past a window's last word that makes i
 # padding the normalised log-mel with zeros gives) reads as sound: base invented words in it
 SILENCE_LEVEL = -0.7
 SENTENCE_END = (".", "?", "!", "。", "？", "！")  # punctuation a sentence ends with
+# the encoder look-ahead a stream's language sets when its setting leaves it open (``lookahead_ms``
+# None, the presets but high): 1 s for English; 1.5 s for other languages and while a stream's
+# language is not decided yet. A multilingual checkpoint hears its other languages less surely,
+# and its frames need more of what follows to read as offline's: base on the multi set (58 items,
+# five languages) 45.41 -> 43.26 % WER, its disagreement with offline 28.7 -> 24.6 %, every
+# condition no worse; on English (dev, long-form) 1.5 s was no better than 1 s (docs/benchmarks.md)
+LOOKAHEAD_MS = 1000
+LOOKAHEAD_OTHER_MS = 1500
 UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # written without spaces between words
 
 
@@ -37,8 +45,9 @@ class StreamConfig:
     step_phase_ms: int = 0
     # encoder frames kept provisional at the edge: re-encoded at every step, in both directions
     # with each other, so that a frame is final only once it has heard this much of what follows
-    # (offline, Whisper hears it all: with 400 ms, hard speech lost 10 WER points to offline)
-    lookahead_ms: int = 1000
+    # (offline, Whisper hears it all: with 400 ms, hard speech lost 10 WER points to offline).
+    # None: set by the stream's language (LOOKAHEAD_MS for English, LOOKAHEAD_OTHER_MS else)
+    lookahead_ms: int | None = None
     # the first frames of the silence after the audio, encoded at each step as its continuation:
     # offline, Whisper's padding frames attend to the speech before them, and that is how the
     # decoder knows where speech ends (base: 7.4 -> 6.3 % WER on 13 dev items; the rest of the
@@ -107,7 +116,7 @@ class StreamConfig:
         if not 0 <= self.step_phase_ms < self.chunk_ms:
             raise ValueError(f"step_phase_ms must be within 0..{self.chunk_ms - 1} (less than chunk_ms), "
                              f"not {self.step_phase_ms}")
-        if not 0 <= self.lookahead_ms <= 5000:
+        if self.lookahead_ms is not None and not 0 <= self.lookahead_ms <= 5000:
             raise ValueError(f"lookahead_ms must be within 0..5000, not {self.lookahead_ms}")
         if not 0 <= self.silence_context_ms <= 5000:
             raise ValueError(f"silence_context_ms must be within 0..5000, not {self.silence_context_ms}")
@@ -125,10 +134,22 @@ class StreamConfig:
 
 
 PRESETS: dict[str, StreamConfig] = {
-    "low": StreamConfig(chunk_ms=320, lookahead_ms=1000, commit_margin_ms=500),
+    "low": StreamConfig(chunk_ms=320, commit_margin_ms=500),
     "medium": StreamConfig(),
     "high": StreamConfig(chunk_ms=960, lookahead_ms=1500, commit_margin_ms=800),
 }
+
+
+def lookahead_ms(config: StreamConfig, language: str | None) -> int:
+    """The encoder look-ahead of a stream with ``config`` in ``language`` (None: not decided yet)."""
+    if config.lookahead_ms is not None:
+        return config.lookahead_ms
+    return LOOKAHEAD_MS if language == "en" else LOOKAHEAD_OTHER_MS
+
+
+def lookahead_label(config: StreamConfig) -> str:
+    """``config``'s look-ahead for tables: its milliseconds, or "auto" where the language sets it."""
+    return "auto" if config.lookahead_ms is None else str(config.lookahead_ms)
 
 
 def stream_config(latency: str | None = None, **overrides) -> StreamConfig:

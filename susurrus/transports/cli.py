@@ -184,7 +184,7 @@ def _add_stream_args(p: argparse.ArgumentParser) -> None:
                    help="audio per step, 20..5000 ms (medium: 640)")
     p.add_argument("--lookahead-ms", type=int_range(0, 5000, " ms"), default=None,
                    help="encoder look-ahead: trailing audio (ms) re-encoded in both directions at every step, 0..5000 "
-                        "(medium: 1000)")
+                        "(medium and low: 1000 for English, 1500 for other languages; high: 1500)")
     p.add_argument("--silence-context-ms", type=int_range(0, 5000, " ms"), default=None,
                    help="silence after the audio encoded at every step as its continuation (Whisper's "
                         "end-of-audio context), 0..5000 (medium: 500)")
