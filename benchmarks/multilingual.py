@@ -5,8 +5,12 @@ the language (it detects one per window from the first 3 s), and prints per item
 detected, WER (CER for Chinese and Japanese) of the committed text beside the same model
 offline (greedy, language detected as offline), then each stream again with ``task=translate``
 and the WER of the streamed translation against the same model's offline translation, greedy
-(what the stream decodes) and as ``susurrus transcribe --task translate`` runs it (greedy with
-the temperature fallback, which samples when greedy is unsure: a draw, not a fixed text).
+(what the stream decodes), greedy with the temperature fallback (``susurrus transcribe --task
+translate --beam-size 1``: when greedy is unsure the fallback samples, a draw, not a fixed text)
+and as ``susurrus transcribe --task translate`` runs it by default (beam 5, fallback); and the
+greedy translation over the window padded as openai-whisper pads it (digital silence, the
+log-mel floor, where ``transcribe`` pads the normalised log-mel with zeros as faster-whisper
+does; the stream pads at the floor too): how far the same weights' offline decodings spread.
 
     python benchmarks/multilingual.py [--model base] [--lookahead-ms 1000]
 """
@@ -18,7 +22,9 @@ import argparse
 import torch
 
 import susurrus
+from susurrus.audio.features import N_FRAMES, log_mel_spectrogram
 from susurrus.audio.io import decode_audio
+from susurrus.decoding.decode import DecodingOptions, build_prompt, decode_window
 from susurrus.evaluation.data import SHARED_DATA, read_manifest
 from susurrus.evaluation.metrics import corpus_error_rate
 from susurrus.streaming.session import LanguageDetected
@@ -33,6 +39,18 @@ def stream_text(model, audio, **settings) -> tuple[str, list[str]]:
         languages += [e.language for e in stream.feed(audio[i:i + block]) if isinstance(e, LanguageDetected)]
     languages += [e.language for e in stream.finish() if isinstance(e, LanguageDetected)]
     return stream.text.strip(), languages
+
+
+def floor_padded_translation(model, audio, language: str) -> str:
+    """Greedy translation (timestamps on) of one window padded at the log-mel floor (openai-whisper's
+    padding: the audio's log-mel 8 below its maximum, normalised: the maximum minus 2)."""
+    mel = log_mel_spectrogram(audio, model.net.dims.n_mels)[:, :N_FRAMES]
+    pad = torch.full((mel.shape[0], N_FRAMES - mel.shape[1]), float(mel.max()) - 2.0)
+    tok = model.tokenizer.with_options(language, "translate")
+    with torch.inference_mode():
+        features = model.net.embed_audio(torch.cat([mel, pad], dim=1)[None])
+        result = decode_window(model.net, tok, features, build_prompt(tok, None, False), DecodingOptions())[0]
+    return tok.decode([t for t in result.tokens if t < tok.timestamp_begin]).strip()
 
 
 def main() -> None:
@@ -62,14 +80,21 @@ def main() -> None:
         greedy = " ".join(s.text.strip() for s in model.transcribe(audio, beam_size=1, temperature=0.0,
                                                                    task="translate")[0])
         default = " ".join(s.text.strip() for s in model.transcribe(audio, beam_size=1, task="translate")[0])
-        translations.append((item, text, translated, greedy, default))
+        beam = " ".join(s.text.strip() for s in model.transcribe(audio, task="translate")[0])
+        floor = floor_padded_translation(model, audio, info.language)
+        translations.append((item, text, translated, greedy, default, beam, floor))
     print("\n| item | streamed transcript | streamed translation | offline translation, greedy | "
-          "WER vs greedy % | offline translation, with fallback | WER vs fallback % |")
-    print("|---|---|---|---|---|---|---|")
-    for item, text, translated, greedy, default in translations:
+          "WER vs greedy % | offline translation, with fallback | WER vs fallback % "
+          "| offline, beam 5 (the default) | WER vs beam 5 % | offline greedy, padded at the floor "
+          "| greedy padded at the floor vs greedy % |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for item, text, translated, greedy, default, beam, floor in translations:
         to_greedy = corpus_error_rate([(greedy, translated)], "en", "word")
         to_default = corpus_error_rate([(default, translated)], "en", "word")
-        print(f"| {item.id} | {text} | {translated} | {greedy} | {to_greedy:.1f} | {default} | {to_default:.1f} |")
+        to_beam = corpus_error_rate([(beam, translated)], "en", "word")
+        spread = corpus_error_rate([(greedy, floor)], "en", "word")
+        print(f"| {item.id} | {text} | {translated} | {greedy} | {to_greedy:.1f} | {default} | {to_default:.1f} "
+              f"| {beam} | {to_beam:.1f} | {floor} | {spread:.1f} |")
 
 
 if __name__ == "__main__":

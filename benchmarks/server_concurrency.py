@@ -53,6 +53,7 @@ FILES = ["ljspeech_LJ001-0001", "librispeech_test-clean_1089-134686-0000", "jfk_
          "ljspeech_LJ001-0007"]
 RATE = 24000
 BLOCK = RATE // 10
+SETTINGS: dict[str, int] = {}  # the sessions' stream settings (``--chunk-ms``), also for model.stream
 
 
 @dataclass
@@ -74,7 +75,10 @@ async def run_client(url: str, r: Result, start_at: float) -> None:
     import websockets
 
     async with websockets.connect(url, max_size=None) as ws:
-        await ws.send(json.dumps(session_update(RATE)))
+        update = session_update(RATE)
+        if SETTINGS:
+            update["session"]["susurrus"] = dict(SETTINGS)
+        await ws.send(json.dumps(update))
         done = asyncio.Event()
         committed_at = 0.0
 
@@ -264,7 +268,7 @@ def stream_alone(model, r: Result) -> str:
     x = r.pcm.astype(np.float32) / 32768.0
     rs = StreamResampler(RATE, 16000)
     samples = np.concatenate([rs.process(x), rs.flush()])
-    stream = model.stream()
+    stream = model.stream(**SETTINGS)
     block = stream.config.chunk_ms * 16
     for i in range(0, len(samples), block):
         stream.feed(samples[i:i + block])
@@ -297,8 +301,13 @@ def main() -> int:
     ap.add_argument("--grids", default="0",
                     help="the batched server's --step-grid-ms, several comma-separated: each count with each "
                          "(default: %(default)s)")
+    ap.add_argument("--chunk-ms", type=int, default=None,
+                    help="the sessions' audio per step (the session's susurrus.chunk_ms; default: the preset's, "
+                         "640): a longer step costs less per audio-second and adds to the latency")
     ap.add_argument("--data", default=str(SHARED_DATA / "dev"))
     args = ap.parse_args()
+    if args.chunk_ms:
+        SETTINGS["chunk_ms"] = args.chunk_ms
     counts = [int(c) for c in str(args.clients).split(",")]
 
     import torch
@@ -346,7 +355,8 @@ def sweep(args: argparse.Namespace, model, counts: list[int], engines: list[tupl
           "appends, each client "
           f"{'one file' if not args.seconds else f'{args.seconds:.0f}+ s of dev recordings back to back'}"
           f"{f', starting 0-{args.stagger_s:g} s apart' if args.stagger_s else ', starting together'}; server: "
-          f"{args.workers} worker processes, {args.threads} torch thread(s) each, {os.cpu_count()} cores\n")
+          f"{args.workers} worker processes, {args.threads} torch thread(s) each, {os.cpu_count()} cores"
+          f"{f'; sessions stepping every {args.chunk_ms} ms' if args.chunk_ms else ''}\n")
     print("| engine | clients | wall latency mean / p90 s | sessions' own means min–max s | 1st / 2nd half s | "
           "worst growth s | same text as model.stream | WER vs ref % | WER vs model.stream % | commit → completed "
           "max s | cores busy (the clients' process) | core-s per audio-s (server process alone) | "
