@@ -38,7 +38,7 @@ from susurrus.evaluation import health
 from susurrus.evaluation.alignment import align_words, normalized_words
 from susurrus.evaluation.data import Item
 from susurrus.evaluation.metrics import error_counts
-from susurrus.streaming.config import lookahead_label, lookahead_ms
+from susurrus.streaming.config import lookahead_for, lookahead_label
 from susurrus.streaming.session import StreamConfig, StreamSession, silence_cross_kv
 from susurrus.streaming.vad import load_vad
 from susurrus.types import Word
@@ -296,7 +296,7 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
     results = []
     for config in configs:
         if not model.is_multilingual:  # English only: the look-ahead English sets, in the tables
-            config = replace(config, lookahead_ms=lookahead_ms(config, "en"))
+            config = replace(config, lookahead_ms=lookahead_for(config, "en"))
         res = BenchResult(config=config, full_encode_s=statistics.median(times))
         groups = [items[i:i + together] for i in range(0, len(items), max(1, together))]
         bar = tqdm(total=len(items), desc=f"stream {setting(config)}",

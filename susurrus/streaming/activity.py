@@ -14,7 +14,7 @@ import torch
 
 from susurrus.audio.features import SAMPLE_RATE
 from susurrus.streaming.calls import Steps, drive
-from susurrus.streaming.config import FRAME_S, lookahead_ms
+from susurrus.streaming.config import FRAME_S, lookahead_for
 from susurrus.streaming.encoder import EncoderState, encode_step
 from susurrus.streaming.events import Event, Interim, StepStats, TurnEnded
 from susurrus.streaming.guards import speech_mask
@@ -110,7 +110,7 @@ class VoiceActivity:
         if self.language is None or win.mel.shape[1] < 2:  # not detected yet: the text so far
             return turn_text + self.interim, 0.0
         before = win.encoder or EncoderState.empty(self.net)
-        lookahead = round(lookahead_ms(self.config, self.language) / 1000 / FRAME_S)
+        lookahead = round(lookahead_for(self.config, self.language) / 1000 / FRAME_S)
         enc = encode_step(self.net, before, win.mel, lookahead, final=True, running_max=self.mel_state.running_max,
                           silence=self._silence_frames)
         if enc.frames == 0:

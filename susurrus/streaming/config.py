@@ -140,7 +140,7 @@ PRESETS: dict[str, StreamConfig] = {
 }
 
 
-def lookahead_ms(config: StreamConfig, language: str | None) -> int:
+def lookahead_for(config: StreamConfig, language: str | None) -> int:
     """The encoder look-ahead of a stream with ``config`` in ``language`` (None: not decided yet)."""
     if config.lookahead_ms is not None:
         return config.lookahead_ms

@@ -67,7 +67,7 @@ from susurrus.streaming.config import (
     SILENCE_LEVEL,
     UNSPACED_LANGUAGES,
     StreamConfig,
-    lookahead_ms,
+    lookahead_for,
     stream_config,
 )
 from susurrus.streaming.encoder import EncoderState, encode_steps, encode_window
@@ -292,7 +292,7 @@ class StreamSession(WindowDecoding, VoiceActivity):
             # a window that commits nothing for a while: decode it again without the prompt
             self._drop_prompt()
         before = win.encoder or EncoderState.empty(self.net)
-        lookahead = max(0, round(lookahead_ms(cfg, self.language) / 1000 / FRAME_S))
+        lookahead = max(0, round(lookahead_for(cfg, self.language) / 1000 / FRAME_S))
         enc = yield from encode_steps(self.net, before, win.mel, lookahead, final=final,
                                       running_max=self.mel_state.running_max, silence=self._silence_frames)
         encoded = enc.frames - before.finalized
