@@ -22,11 +22,12 @@ import argparse
 import torch
 
 import susurrus
-from susurrus.audio.features import N_FRAMES, log_mel_spectrogram
+from susurrus.audio.features import log_mel_spectrogram
 from susurrus.audio.io import decode_audio
 from susurrus.decoding.decode import DecodingOptions, build_prompt, decode_window
 from susurrus.evaluation.data import SHARED_DATA, read_manifest
 from susurrus.evaluation.metrics import corpus_error_rate
+from susurrus.streaming.encoder import encode_window
 from susurrus.streaming.session import LanguageDetected
 
 UNSPACED = {"zh", "ja", "th"}
@@ -43,12 +44,10 @@ def stream_text(model, audio, **settings) -> tuple[str, list[str]]:
 
 def floor_padded_translation(model, audio, language: str) -> str:
     """Greedy translation (timestamps on) of one window padded at the log-mel floor (openai-whisper's
-    padding: the audio's log-mel 8 below its maximum, normalised: the maximum minus 2)."""
-    mel = log_mel_spectrogram(audio, model.net.dims.n_mels)[:, :N_FRAMES]
-    pad = torch.full((mel.shape[0], N_FRAMES - mel.shape[1]), float(mel.max()) - 2.0)
+    padding, and the stream's: :func:`~susurrus.streaming.encoder.encode_window`)."""
+    features = encode_window(model.net, log_mel_spectrogram(audio, model.net.dims.n_mels))
     tok = model.tokenizer.with_options(language, "translate")
     with torch.inference_mode():
-        features = model.net.embed_audio(torch.cat([mel, pad], dim=1)[None])
         result = decode_window(model.net, tok, features, build_prompt(tok, None, False), DecodingOptions())[0]
     return tok.decode([t for t in result.tokens if t < tok.timestamp_begin]).strip()
 

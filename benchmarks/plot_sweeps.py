@@ -30,7 +30,8 @@ def main() -> None:
         ax.axhline(runs[0]["offline_wer"], color=line.get_color(), ls="--", lw=1, label=f"{label} offline")
         for r, x, y in zip(runs, xs, ys):
             c = r["config"]
-            ax.annotate(f"{c['chunk_ms']}/{c['lookahead_ms']}/{c['commit_margin_ms']}", (x, y),
+            lookahead = "auto" if c["lookahead_ms"] is None else c["lookahead_ms"]  # auto: set by the language
+            ax.annotate(f"{c['chunk_ms']}/{lookahead}/{c['commit_margin_ms']}", (x, y),
                         textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xlabel("mean word latency (s, audio time)")
     ax.set_ylabel("WER (%)")
