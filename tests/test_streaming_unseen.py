@@ -14,6 +14,7 @@ from susurrus.evaluation.data import read_manifest
 from susurrus.evaluation.degrade import numbered_reading, whisperize
 from susurrus.evaluation.health import commit_delays, gated_words, longest_repetition, lost_words
 from susurrus.evaluation.metrics import error_counts, normalize
+from susurrus.streaming.events import StreamWord
 from susurrus.streaming.guards import loop_span, reads_past_audio, repeats_thrice
 from susurrus.types import Word
 
@@ -117,6 +118,23 @@ def test_a_word_counts_as_lost_only_where_the_stream_lacks_it():
     zh = [Word(0.0, 0.3, "用", 0.9), Word(0.3, 0.5, "户", 0.9)]
     assert lost_words(zh, [(0.0, 0.2)], said("用户"), "zh", "char") == []
     assert [w.word for w in lost_words(zh, [(0.0, 0.2)], said("户"), "zh", "char")] == ["用"]
+
+
+def test_a_word_timed_into_a_pause_is_not_a_stall():
+    """The commit delay of an offline word: from its end until the stream committed the same word
+    (a text alignment) or a word reaching past it. Offline Whisper stretches a word before a long
+    pause into the pause, or times it inside it (dev items with a 4 s pause inserted: "again."
+    5.20-6.37 s where the stream has 5.22-5.76, "next" at 7.34-7.34 where the stream has
+    6.26-6.76); by time alone the pause counted as speech left uncommitted (5.8 and 4.9 s). A
+    word the stream misread, and a real stall, still count by time."""
+    offline = [Word(5.20, 6.37, " again.", 0.9), Word(10.33, 10.94, " Fail", 0.9)]
+    stream = [StreamWord(" again.", 5.22, 5.76, 7.10, 0.9), StreamWord(" Fail", 10.31, 10.97, 12.20, 0.9)]
+    assert commit_delays(stream, offline, 14.0) == pytest.approx([0.73, 1.26])
+    misread = [StreamWord(" a gain", 5.22, 5.76, 7.10, 0.9), StreamWord(" Fail", 10.31, 10.97, 12.20, 0.9)]
+    assert commit_delays(misread, offline, 14.0)[0] == pytest.approx(12.20 - 6.37)  # by time: "Fail" reaches it
+    late = [StreamWord(" again.", 5.22, 6.40, 12.0, 0.9)]  # a stall: the word itself committed late
+    assert commit_delays(late, offline, 14.0)[0] == pytest.approx(12.0 - 6.37)
+    assert commit_delays([], offline, 14.0) == pytest.approx([14.0 - 6.37, 14.0 - 10.94])
 
 
 def _sphinx_one() -> np.ndarray:

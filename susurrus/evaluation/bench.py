@@ -367,7 +367,7 @@ def score_item(item: Item, session: StreamSession, offline: tuple[str, list[Word
     res.agreement_errors, res.offline_units = error_counts(offline_text, session.text, item.language, unit)
     res.latencies = word_latencies(session.words, offline_words)
     res.repetition = health.longest_repetition([w.word for w in session.words])
-    delays = health.commit_delays(session.words, offline_words, audio_s)
+    delays = health.commit_delays(session.words, offline_words, audio_s, language=item.language, unit=unit)
     res.max_delay_s = round(max(delays, default=0.0), 3)
     res.gated_words = [w.word for w in health.gated_words(offline_words, session.skipped)]
     res.lost_words = [w.word for w in health.lost_words(offline_words, session.skipped, session.words, item.language,

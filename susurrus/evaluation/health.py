@@ -6,8 +6,8 @@ transcription of the same audio, so unlabelled recordings can be checked too.
 * :func:`longest_repetition` — the most times a phrase (up to a long sentence) is committed
   back to back ("1 1 1 1" is 4; a decoding loop).
 * :func:`commit_delays` — for each word the offline model heard, how long after its end the
-  stream first committed a word reaching that point of the audio: a stall shows as a long delay,
-  whether the stream's words are right or not.
+  stream first committed it (the same word, by a text alignment) or a word reaching that point
+  of the audio: a stall shows as a long delay, whether the stream's words are right or not.
 * :func:`gated_words` — offline words lying in audio the voice activity gate never let the
   engine encode (``StreamSession.skipped``), and :func:`lost_words`, those of them the stream's
   text does not have: speech the gate deleted.
@@ -47,14 +47,27 @@ def longest_repetition(words: Sequence[str], longest: int = LOOP_WORDS) -> int:
 
 
 def commit_delays(stream_words: Sequence, offline_words: Sequence[TimedWord], audio_s: float,
-                  tolerance_s: float = 0.3) -> list[float]:
-    """Per offline word, seconds from its end until the stream committed a word ending at or
-    after it (less ``tolerance_s``); a stream that never does counts until the audio's end."""
+                  tolerance_s: float = 0.3, language: str = "en", unit: str = "word") -> list[float]:
+    """Per offline word, seconds from its end until the stream committed it: the first commit of
+    the stream's word that a minimum-edit alignment of the two texts matches to it, or of a
+    word ending at or after it (less ``tolerance_s``: the stream misread it), whichever came
+    first; a stream that does neither counts until the audio's end. (Two models' timings of a
+    word before a pause differ most: offline Whisper often stretches such a word far into the
+    pause, or times it inside it; by time alone the pause would count as speech left
+    uncommitted.)"""
     ends = [(w.emitted_at, w.end) for w in stream_words]
+    matched: dict[int, float] = {}
+    if stream_words and offline_words:
+        ref, ref_owner = normalized_words(offline_words, language, unit)
+        hyp, hyp_owner = normalized_words(stream_words, language, unit)
+        for i, j in align_words(ref, hyp):
+            k, emitted = ref_owner[i], stream_words[hyp_owner[j]].emitted_at
+            matched[k] = min(matched.get(k, emitted), emitted)
     delays = []
-    for w in offline_words:
+    for k, w in enumerate(offline_words):
         reached = [emitted for emitted, end in ends if end >= w.end - tolerance_s]
-        delays.append(max(0.0, (min(reached) if reached else audio_s) - w.end))
+        first = min(reached) if reached else audio_s
+        delays.append(max(0.0, min(first, matched.get(k, first)) - w.end))
     return delays
 
 
