@@ -7,11 +7,18 @@
   overlap-added. Level is lowered as whispers are quieter.
 * :func:`numbered_reading` — a short numbered opening ("1."), a pause, then continuous speech:
   the shape of a recited poem or a numbered list.
+* :func:`faster` (speech sped up or slowed down, pitch with it, as tape played at another speed),
+  :func:`reverberate` (a room: the direct sound, then a decaying diffuse tail), :func:`under`
+  (another talker underneath), :func:`pause_inside` (a long pause in the middle of a sentence)
+  and :func:`clipped` (a recording overdriven past full scale): conditions ``benchmarks/stress.py``
+  builds from the dev set, none of which it holds.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from susurrus.audio.io import resample
 
 N_FFT = 512
 HOP = 128
@@ -49,3 +56,46 @@ def numbered_reading(number: np.ndarray, speech: np.ndarray, pause_s: float = 1.
     z = np.zeros
     return np.concatenate([z(int(lead_s * 16000), np.float32), number.astype(np.float32),
                            z(int(pause_s * 16000), np.float32), speech.astype(np.float32)])
+
+
+SR = 16000
+
+
+def faster(audio: np.ndarray, factor: float) -> np.ndarray:
+    """``audio`` played ``factor`` times as fast (pitch shifted with it)."""
+    return resample(audio, round(SR * factor), SR).astype(np.float32)
+
+
+def reverberate(audio: np.ndarray, rt60_s: float = 0.6, seed: int = 0) -> np.ndarray:
+    """``audio`` in a room whose reverberation decays 60 dB in ``rt60_s``: the direct sound, then
+    from 5 ms on exponentially decaying noise (a diffuse tail) 10 dB under it; the tail kept after
+    the speech, the peak as the input's."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(rt60_s * 4 / 3 * SR)) / SR
+    response = rng.standard_normal(len(t)) * np.exp(-np.log(1000) * t / rt60_s) * 10 ** (-10 / 20)
+    response[:int(0.005 * SR)] = 0.0
+    response[0] = 1.0
+    out = np.convolve(audio.astype(np.float64), response)[:len(audio) + SR // 2]
+    return (out * np.abs(audio).max() / max(np.abs(out).max(), 1e-12)).astype(np.float32)
+
+
+def under(audio: np.ndarray, other: np.ndarray, db: float = -10.0) -> np.ndarray:
+    """``other`` (repeated or cut to the length of ``audio``) mixed in ``db`` below its power."""
+    other = np.resize(other.astype(np.float64), len(audio))
+    gain = np.sqrt(np.mean(audio.astype(np.float64) ** 2) / (np.mean(other ** 2) + 1e-12)) * 10 ** (db / 20)
+    return np.clip(audio + other * gain, -1.0, 1.0).astype(np.float32)
+
+
+def pause_inside(audio: np.ndarray, pause_s: float = 4.0, seed: int = 0) -> np.ndarray:
+    """``pause_s`` of near silence (noise at -80 dBFS) inserted at the quietest 100 ms of the
+    middle third of ``audio`` (a speaker stopping mid-sentence; it may fall inside a word)."""
+    lo, hi = len(audio) // 3, 2 * len(audio) // 3
+    energy = np.convolve(audio[lo:hi].astype(np.float64) ** 2, np.ones(SR // 10), "valid")
+    cut = lo + int(np.argmin(energy)) + SR // 20
+    pause = np.random.default_rng(seed).standard_normal(int(pause_s * SR)) * 1e-4
+    return np.concatenate([audio[:cut], pause, audio[cut:]]).astype(np.float32)
+
+
+def clipped(audio: np.ndarray, gain_db: float = 18.0) -> np.ndarray:
+    """``audio`` amplified by ``gain_db`` and clipped at full scale."""
+    return np.clip(audio * 10 ** (gain_db / 20), -1.0, 1.0).astype(np.float32)
