@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from susurrus.audio.features import SAMPLE_RATE as SR
 from susurrus.audio.io import resample
+from susurrus.evaluation.signals import db_to_amplitude, rms_dbfs
 
 N_FFT = 512
 HOP = 128
@@ -54,11 +56,8 @@ def numbered_reading(number: np.ndarray, speech: np.ndarray, pause_s: float = 1.
                      lead_s: float = 0.5) -> np.ndarray:
     """``lead_s`` of silence, the spoken number, ``pause_s`` of silence, then ``speech``."""
     z = np.zeros
-    return np.concatenate([z(int(lead_s * 16000), np.float32), number.astype(np.float32),
-                           z(int(pause_s * 16000), np.float32), speech.astype(np.float32)])
-
-
-SR = 16000
+    return np.concatenate([z(int(lead_s * SR), np.float32), number.astype(np.float32),
+                           z(int(pause_s * SR), np.float32), speech.astype(np.float32)])
 
 
 def faster(audio: np.ndarray, factor: float) -> np.ndarray:
@@ -72,7 +71,7 @@ def reverberate(audio: np.ndarray, rt60_s: float = 0.6, seed: int = 0) -> np.nda
     the speech, the peak as the input's."""
     rng = np.random.default_rng(seed)
     t = np.arange(int(rt60_s * 4 / 3 * SR)) / SR
-    response = rng.standard_normal(len(t)) * np.exp(-np.log(1000) * t / rt60_s) * 10 ** (-10 / 20)
+    response = rng.standard_normal(len(t)) * np.exp(-np.log(1000) * t / rt60_s) * db_to_amplitude(-10.0)
     response[:int(0.005 * SR)] = 0.0
     response[0] = 1.0
     out = np.convolve(audio.astype(np.float64), response)[:len(audio) + SR // 2]
@@ -82,7 +81,7 @@ def reverberate(audio: np.ndarray, rt60_s: float = 0.6, seed: int = 0) -> np.nda
 def under(audio: np.ndarray, other: np.ndarray, db: float = -10.0) -> np.ndarray:
     """``other`` (repeated or cut to the length of ``audio``) mixed in ``db`` below its power."""
     other = np.resize(other.astype(np.float64), len(audio))
-    gain = np.sqrt(np.mean(audio.astype(np.float64) ** 2) / (np.mean(other ** 2) + 1e-12)) * 10 ** (db / 20)
+    gain = db_to_amplitude(rms_dbfs(audio) + db - rms_dbfs(other)) if other.any() else 0.0
     return np.clip(audio + other * gain, -1.0, 1.0).astype(np.float32)
 
 
@@ -98,4 +97,4 @@ def pause_inside(audio: np.ndarray, pause_s: float = 4.0, seed: int = 0) -> np.n
 
 def clipped(audio: np.ndarray, gain_db: float = 18.0) -> np.ndarray:
     """``audio`` amplified by ``gain_db`` and clipped at full scale."""
-    return np.clip(audio * 10 ** (gain_db / 20), -1.0, 1.0).astype(np.float32)
+    return np.clip(audio * db_to_amplitude(gain_db), -1.0, 1.0).astype(np.float32)
