@@ -65,8 +65,13 @@ class StreamResampler:
         a, b = max(lo, self.history_start), min(hi, self.history_start + len(self.history))
         if b > a:
             span[a - lo:b - lo] = self.history[a - self.history_start:b - self.history_start]
-        taps = sliding_window_view(span, 2 * w)[first - lo]  # (outputs, 2W): each output's taps, one row copy
-        out = np.einsum("ij,ij->i", taps, self.kernel[j % self.up], dtype=np.float32)
+        # each phase's outputs read windows ``down`` inputs apart: a strided view of the span, no copy
+        windows = sliding_window_view(span, 2 * w)
+        out = np.empty(len(j), np.float32)
+        for i0 in range(min(self.up, len(j))):
+            rows = windows[first[i0] - lo:first[-1] - lo + 1:self.down]
+            out[i0::self.up] = np.einsum("ij,j->i", rows[:len(out[i0::self.up])], self.kernel[j[i0] % self.up],
+                                         dtype=np.float32)
         self.n_out = upto
         # keep only what later outputs can still read
         keep_from = int(self._input_center(np.array([upto]))[0]) - self.half_width + 1
