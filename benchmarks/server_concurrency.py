@@ -213,6 +213,7 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
     cmd = [sys.executable, "-m", "susurrus", "serve", "--port", str(port), "--model", args.model,
            "--threads", str(args.threads), "--max-buffered-s", "600", "--max-sessions", str(len(results)),
            "--log-level", "warning", "--workers", str(args.workers), "--compute-type", args.compute_type]
+    cmd += ["--ws-compression"] if args.ws_compression else []
     if not batched:
         cmd.append("--no-batching")
     else:
@@ -304,6 +305,9 @@ def main() -> int:
     ap.add_argument("--chunk-ms", type=int, default=None,
                     help="the sessions' audio per step (the session's susurrus.chunk_ms; default: the preset's, "
                          "640): a longer step costs less per audio-second and adds to the latency")
+    ap.add_argument("--ws-compression", action="store_true",
+                    help="start the server with --ws-compression (the clients offer permessage-deflate, as the "
+                         "websockets library does by default)")
     ap.add_argument("--data", default=str(SHARED_DATA / "dev"))
     args = ap.parse_args()
     if args.chunk_ms:

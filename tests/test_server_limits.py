@@ -297,6 +297,24 @@ def test_tls(tiny, tmp_path):
             assert c.recv()["type"] == "session.created"
 
 
+def test_websocket_compression_only_when_asked(tiny, dev_item):
+    """The client offers permessage-deflate (the websockets library does by default); the server
+    takes it only with ``ws_compression`` (``susurrus serve --ws-compression``), and a compressed
+    session still transcribes."""
+    from susurrus.transports.server import BackgroundServer
+
+    for compression in (False, True):
+        with BackgroundServer(tiny, workers=0, ws_compression=compression) as srv, Conn(srv.url) as c:
+            agreed = c.ws.response.headers.get("Sec-WebSocket-Extensions") or ""
+            assert ("permessage-deflate" in agreed) == compression, agreed
+            assert c.recv()["type"] == "session.created"
+            c.send(update_event())
+            c.append(pcm16_at(decode_audio(dev_item(SHORT).audio), 24000), 2400)
+            c.send({"type": "input_audio_buffer.commit"})
+            done = c.until(COMPLETED)
+            assert corpus_error_rate([(dev_item(SHORT).text, done["transcript"])]) < 30, done["transcript"]
+
+
 def test_new_sessions_are_refused_while_the_model_is_behind_real_time(tiny, dev_item):
     """Two long uploads take both of the server's model threads; a session's 1.5 s of audio
     (sent at real-time pace: within 2 s of its clock) then waits behind them, so the model is

@@ -359,6 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TLS private key (PEM): serve https:// and wss:// (with --ssl-certfile)")
     v.add_argument("--ssl-certfile", default=None, metavar="FILE",
                    help="TLS certificate chain (PEM), with --ssl-keyfile")
+    v.add_argument("--ws-compression", action="store_true",
+                   help="accept WebSocket per-message compression (permessage-deflate) from clients that offer it: "
+                        "less bandwidth for the JSON events, more CPU per message on both sides; off by default, as "
+                        "the audio (base64 PCM) barely compresses")
     v.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="how much the server logs (uvicorn's levels; info: one line per connection) "
                         "(default: %(default)s)")

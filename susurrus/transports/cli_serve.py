@@ -95,7 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
           threads=args.threads, log_level=args.log_level, sock=sock, uploads=uploads,
           allowed_origins=args.allowed_origins, drain_s=args.drain_s, ssl_keyfile=args.ssl_keyfile,
           ssl_certfile=args.ssl_certfile, batched=not args.no_batching, batch_window_ms=args.batch_window_ms,
-          step_grid_ms=args.step_grid_ms)
+          step_grid_ms=args.step_grid_ms, ws_compression=args.ws_compression)
     return 0
 
 

@@ -339,7 +339,8 @@ def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None 
 
 
 def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_level: str = "info",
-                   ssl_keyfile: str | None = None, ssl_certfile: str | None = None) -> Any:
+                   ssl_keyfile: str | None = None, ssl_certfile: str | None = None,
+                   ws_compression: bool = False) -> Any:
     import uvicorn
 
     from susurrus.transports.uvicorn_ext import WebSocketProtocol
@@ -352,8 +353,12 @@ def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_lev
     # retransmissions of the pings fail. The protocol is uvicorn's websockets-sansio one, which
     # can also close a client that stopped reading (``uvicorn_ext``). After the drain, uvicorn
     # waits at most a little longer than a close handshake for the connections left.
+    # Per-message compression (permessage-deflate) only when asked: the audio a client sends is
+    # base64 PCM, which deflate barely shrinks, and compressing and inflating every append costs
+    # the server process about a sixth of its CPU (docs/benchmarks.md).
     return uvicorn.Config(app, host=host, port=port, ws=WebSocketProtocol, lifespan="on",
                           ws_max_size=4 * limits.max_message_bytes, ws_ping_interval=20.0, ws_ping_timeout=None,
+                          ws_per_message_deflate=ws_compression,
                           log_level=log_level, ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile,
                           timeout_graceful_shutdown=int(CLOSE_GRACE_S) + 1)
 
@@ -371,16 +376,17 @@ def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, *, limits: Limi
           log_level: str = "info", sock: socket.socket | None = None, uploads: rest.UploadLimits | None = None,
           allowed_origins: tuple[str, ...] | None = None, drain_s: float = DEFAULT_DRAIN_S,
           ssl_keyfile: str | None = None, ssl_certfile: str | None = None, batched: bool = True,
-          batch_window_ms: float = 0.0, step_grid_ms: float = 0.0) -> None:
+          batch_window_ms: float = 0.0, step_grid_ms: float = 0.0, ws_compression: bool = False) -> None:
     """Run the server until SIGTERM or Ctrl+C, then drain it (:func:`drain`); ``sock``: one from
     :func:`listen_socket` (made here when not given); ``ssl_keyfile`` and ``ssl_certfile``: serve
-    TLS (https, wss)."""
+    TLS (https, wss); ``ws_compression``: accept WebSocket per-message compression."""
     limits = limits or Limits()
     sock = sock or listen_socket(host, port)
     app = create_app(model, limits=limits, api_key=api_key, workers=workers, threads=threads, uploads=uploads,
                      allowed_origins=allowed_origins, drain_s=drain_s, batched=batched,
                      batch_window_ms=batch_window_ms, step_grid_ms=step_grid_ms)
-    config = uvicorn_config(app, host, port, limits, log_level, ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile)
+    config = uvicorn_config(app, host, port, limits, log_level, ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile,
+                            ws_compression=ws_compression)
     make_server(app, config).run(sockets=[sock])
 
 
@@ -394,12 +400,13 @@ class BackgroundServer:
     def __init__(self, model: Any, host: str = "127.0.0.1", port: int = 0, **options: Any):
         limits = options.pop("limits", Limits())
         tls = {key: options.pop(key, None) for key in ("ssl_keyfile", "ssl_certfile")}
+        compression = options.pop("ws_compression", False)
         self.scheme = "https" if tls["ssl_certfile"] else "http"
         self.sock = listen_socket(host, port)
         self.host, self.port = host, self.sock.getsockname()[1]
         self.app = create_app(model, limits=limits, **options)
         self.server = make_server(self.app, uvicorn_config(self.app, host, self.port, limits, log_level="warning",
-                                                           **tls))
+                                                           ws_compression=compression, **tls))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        name="susurrus-server", daemon=True)
 
