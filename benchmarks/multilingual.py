@@ -5,7 +5,8 @@ the language (it detects one per window from the first 3 s), and prints per item
 detected, WER (CER for Chinese and Japanese) of the committed text beside the same model
 offline (greedy, language detected as offline), then each stream again with ``task=translate``
 and the WER of the streamed translation against the same model's offline translation, greedy
-(what the stream decodes), greedy with the temperature fallback (``susurrus transcribe --task
+(what the stream decodes), the same without timestamp tokens (the stream decodes without them:
+how far that alone moves offline's own translation), greedy with the temperature fallback (``susurrus transcribe --task
 translate --beam-size 1``: when greedy is unsure the fallback samples, a draw, not a fixed text)
 and as ``susurrus transcribe --task translate`` runs it by default (beam 5, fallback); and the
 greedy translation over the window padded as openai-whisper pads it (digital silence, the
@@ -78,21 +79,26 @@ def main() -> None:
         translated, _ = stream_text(model, audio, lookahead_ms=args.lookahead_ms, task="translate")
         greedy = " ".join(s.text.strip() for s in model.transcribe(audio, beam_size=1, temperature=0.0,
                                                                    task="translate")[0])
+        plain = " ".join(s.text.strip() for s in model.transcribe(audio, beam_size=1, temperature=0.0,
+                                                                  task="translate", without_timestamps=True)[0])
         default = " ".join(s.text.strip() for s in model.transcribe(audio, beam_size=1, task="translate")[0])
         beam = " ".join(s.text.strip() for s in model.transcribe(audio, task="translate")[0])
         floor = floor_padded_translation(model, audio, info.language)
-        translations.append((item, text, translated, greedy, default, beam, floor))
+        translations.append((item, text, translated, greedy, plain, default, beam, floor))
     print("\n| item | streamed transcript | streamed translation | offline translation, greedy | "
-          "WER vs greedy % | offline translation, with fallback | WER vs fallback % "
+          "WER vs greedy % | offline greedy without timestamps (as the stream decodes) | its WER vs greedy % "
+          "| offline translation, with fallback | WER vs fallback % "
           "| offline, beam 5 (the default) | WER vs beam 5 % | offline greedy, padded at the floor "
           "| greedy padded at the floor vs greedy % |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for item, text, translated, greedy, default, beam, floor in translations:
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for item, text, translated, greedy, plain, default, beam, floor in translations:
         to_greedy = corpus_error_rate([(greedy, translated)], "en", "word")
+        plain_to_greedy = corpus_error_rate([(greedy, plain)], "en", "word")
         to_default = corpus_error_rate([(default, translated)], "en", "word")
         to_beam = corpus_error_rate([(beam, translated)], "en", "word")
         spread = corpus_error_rate([(greedy, floor)], "en", "word")
-        print(f"| {item.id} | {text} | {translated} | {greedy} | {to_greedy:.1f} | {default} | {to_default:.1f} "
+        print(f"| {item.id} | {text} | {translated} | {greedy} | {to_greedy:.1f} | {plain} | {plain_to_greedy:.1f} "
+              f"| {default} | {to_default:.1f} "
               f"| {beam} | {to_beam:.1f} | {floor} | {spread:.1f} |")
 
 
