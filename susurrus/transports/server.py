@@ -354,8 +354,8 @@ def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_lev
     # can also close a client that stopped reading (``uvicorn_ext``). After the drain, uvicorn
     # waits at most a little longer than a close handshake for the connections left.
     # Per-message compression (permessage-deflate) only when asked: the audio a client sends is
-    # base64 PCM, which deflate barely shrinks, and compressing and inflating every append costs
-    # the server process about a sixth of its CPU (docs/benchmarks.md).
+    # base64 PCM, which deflate barely shrinks, while every append costs CPU to compress and to
+    # inflate, most of it in the client (docs/benchmarks.md).
     return uvicorn.Config(app, host=host, port=port, ws=WebSocketProtocol, lifespan="on",
                           ws_max_size=4 * limits.max_message_bytes, ws_ping_interval=20.0, ws_ping_timeout=None,
                           ws_per_message_deflate=ws_compression,
