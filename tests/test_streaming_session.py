@@ -208,6 +208,30 @@ def test_bench_reports_what_the_phase_alone_moves(tiny, dev_items):
     assert "Step phases" in report and "640/1000/500 phase 320" in report
 
 
+def test_bench_reports_how_far_offline_moves_from_itself(tiny, dev_items, tmp_path):
+    """``susurrus bench --offline-spread``: every item also transcribed offline 10 ms later (one
+    mel frame of digital silence before it), scored, counted beside the stream, and cached."""
+    from susurrus.evaluation import bench, spread
+    from susurrus.evaluation.metrics import error_counts
+    from susurrus.streaming.session import stream_config
+
+    items = [i for i in dev_items if i.language == "en"][:2]
+    cache = tmp_path / "offline.json"
+    results = bench.run(tiny, items, [stream_config("medium")], progress=False, offline_cache=str(cache),
+                        offline_spread=True)
+    for item, res in zip(items, results[0].items):
+        later = bench.offline_reference(tiny, spread.shifted(decode_audio(item.audio)), "en")[0]
+        assert res.shifted_errors == error_counts(item.text, later)[0]
+    kept = json.loads(cache.read_text())
+    assert sum(key.endswith(f"|lead{spread.SHIFT_SAMPLES}") for key in kept) == 2
+    row = results[0].spread_row()
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    worse, better = spread.counts([(i.wer(), i.offline_wer()) for i in results[0].items])
+    assert cells[1] == "2" and cells[2] == f"{worse} / {better}"
+    assert "noise floor" in bench.report(results)
+    assert bench.run(tiny, items, [stream_config("medium")], progress=False)[0].spread_row() is None
+
+
 def test_the_diagnosis_oracle_streams_over_a_whole_window_encoding(tiny, dev_item):
     """``benchmarks/base_diagnosis.py``'s oracle row (``encoder=padded``): the engine's decoder
     and policy over the window encoded whole at every step. Its cross-attention update is a step

@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from susurrus.audio.features import N_FRAMES, log_mel_spectrogram, pad_or_trim
 from susurrus.audio.io import decode_audio
-from susurrus.evaluation import health
+from susurrus.evaluation import health, spread
 from susurrus.evaluation.alignment import align_words, normalized_words
 from susurrus.evaluation.data import Item
 from susurrus.evaluation.metrics import error_counts
@@ -75,6 +75,7 @@ class ItemResult:
     lost_words: list[str] = field(default_factory=list)  # ... of them, those the stream's text lacks
     cpu_s: float = 0.0
     steps: int = 0
+    shifted_errors: int | None = None  # offline over the audio 10 ms later (``--offline-spread``)
 
     def wer(self) -> float:
         return 100.0 * self.stream_errors / max(1, self.reference_units)
@@ -168,6 +169,20 @@ class BenchResult:
                         f"| {max(i.wer() - i.offline_wer() for i in items):+.1f} |")
         return rows
 
+    def spread_row(self) -> str | None:
+        """The stream's items more than 15 points from offline beside those that offline 10 ms
+        later has (:mod:`~susurrus.evaluation.spread`); None unless it was transcribed."""
+        items = [i for i in self.items if i.reference is not None and i.shifted_errors is not None]
+        if not items:
+            return None
+        worse, better = spread.counts([(i.wer(), i.offline_wer()) for i in items])
+        units = max(1, sum(i.reference_units for i in items))
+        s_worse, s_better = spread.counts([(100.0 * (i.shifted_errors or 0) / max(1, i.reference_units),
+                                            i.offline_wer()) for i in items])
+        return (f"| {setting(self.config)} | {len(items)} | {worse} / {better} | {s_worse} / {s_better} "
+                f"| {100.0 * sum(i.shifted_errors or 0 for i in items) / units:.2f} "
+                f"| {_rate(items, 'offline_errors'):.2f} |")
+
     def worst_rows(self, n: int = 10) -> list[str]:
         ranked = sorted((i for i in self.items if i.reference is not None),
                         key=lambda i: i.wer() - i.offline_wer(), reverse=True)[:n]
@@ -257,13 +272,15 @@ def offline_reference(model, audio: np.ndarray, language: str | None) -> tuple[s
 
 
 def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = True,
-        detect_language: bool = False, offline_cache: str | None = None, together: int = 1) -> list[BenchResult]:
+        detect_language: bool = False, offline_cache: str | None = None, together: int = 1,
+        offline_spread: bool = False) -> list[BenchResult]:
     """Stream and transcribe ``items`` with each setting. The item's language is given to both
     unless ``detect_language`` (multilingual models then detect it, offline and streaming).
     ``offline_cache``: a JSON file keeping the offline transcriptions between runs (keyed by
     model, item, audio length and language; delete it when the offline decoding changes).
     ``together``: stream that many items at once, stepped together (their cost is the group's,
-    shared by audio length)."""
+    shared by audio length). ``offline_spread``: also transcribe every item offline 10 ms later
+    (:mod:`~susurrus.evaluation.spread`), for the noise floor of the per-item comparison."""
     net, tokenizer = model.net, model.tokenizer
     audio = {}
     for item in items:  # all read first: a file that is not audio fails before any work
@@ -279,6 +296,9 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
     offline: dict[str, tuple[str, list[Word]]] = {}
     for item in tqdm(items, desc="offline reference", disable=not progress, file=sys.stderr):
         offline[item.id] = cached_offline(model, cache, item.id, audio[item.id], language(item))
+    later = {item.id: cached_offline(model, cache, item.id, audio[item.id], language(item), spread.SHIFT_SAMPLES)[0]
+             for item in tqdm(items, desc="offline 10 ms later", disable=not progress, file=sys.stderr)
+             } if offline_spread else {}
     if offline_cache:
         with open(offline_cache, "w") as f:
             json.dump(cache, f)
@@ -311,6 +331,9 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
                 if len(group) == 1:
                     res.step_times.extend(s.compute_s for s in session.stats)
                 res.items.append(score_item(item, session, offline[item.id], len(audio[item.id]) / 16000, cpu))
+                if item.text and item.id in later:
+                    res.items[-1].shifted_errors = error_counts(item.text, later[item.id], item.language,
+                                                                unit_for(item.language))[0]
             bar.update(len(group))
         bar.close()
         res.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -327,11 +350,14 @@ def offline_key(model, item_id: str, n_samples: int, language: str | None) -> st
     return f"{name}|{item_id}|{n_samples}|{language}"
 
 
-def cached_offline(model, cache: dict, item_id: str, audio: np.ndarray, language: str | None,
+def cached_offline(model, cache: dict, item_id: str, audio: np.ndarray, language: str | None, lead: int = 0,
                    ) -> tuple[str, list[Word]]:
     """The item's offline reference (:func:`offline_reference`) from ``cache`` (see
-    :func:`load_offline_cache`), transcribed and added to it when missing."""
+    :func:`load_offline_cache`), transcribed and added to it when missing; ``lead``: of the audio
+    with that many samples of digital silence before it (:func:`spread.shifted`)."""
     key = offline_key(model, item_id, len(audio), language)
+    if lead:
+        key, audio = spread.shifted_key(key, lead), spread.shifted(audio, lead)
     if key not in cache:
         text, words = offline_reference(model, audio, language)
         cache[key] = [text, [asdict(w) for w in words]]
@@ -416,6 +442,10 @@ def report(results: list[BenchResult], worst: int = 10) -> str:
                       "(an item counts in each of its conditions):", "", CONDITION_HEADER, *r.condition_rows()]
         if worst:
             lines += ["", f"Worst {worst} items (stream minus offline WER):", "", WORST_HEADER, *r.worst_rows(worst)]
+    spreads = [row for r in results if (row := r.spread_row())]
+    if spreads:
+        lines += ["", "The per-item comparison's noise floor: offline over the same audio 10 ms later (one mel "
+                      "frame of digital silence before it) against offline:", "", spread.HEADER, *spreads]
     return "\n".join(lines)
 
 

@@ -156,7 +156,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return 2
     try:
         results = bench.run(model, items, configs, progress=sys.stderr.isatty(), together=args.streams,
-                            detect_language=args.detect_language, offline_cache=args.offline_cache)
+                            detect_language=args.detect_language, offline_cache=args.offline_cache,
+                            offline_spread=args.offline_spread)
     except bench.AudioError as err:
         print(f"susurrus bench: {err}", file=sys.stderr)
         return 2
@@ -312,6 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "than 15 points worse than offline at every phase and at some phase (default: 0)")
     b.add_argument("--offline-cache", default=None, metavar="FILE",
                    help="keep the offline transcriptions in this JSON file between runs")
+    b.add_argument("--offline-spread", action="store_true",
+                   help="also transcribe every item offline with 10 ms (one mel frame) of digital silence before "
+                        "it, and count the items that alone puts more than 15 points from offline, beside the "
+                        "stream's count: the noise floor of comparing items with offline")
     b.add_argument("--worst", type=int, default=10,
                    help="list this many worst items per setting (default: %(default)s)")
     b.add_argument("--json", default=None, help="write every item's texts and figures here (JSON)")
