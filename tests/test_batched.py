@@ -344,7 +344,8 @@ def test_layers_split_from_a_packed_pass_multiply_each_row_alone(tiny_float32):
             assert torch.allclose(out, ref, atol=1e-5)
 
 
-@pytest.mark.parametrize(("compute_type", "seconds", "shift_s"), [("int8_encoder", 6, 0.25), ("bf16_encoder", 8, 0.021)])
+@pytest.mark.parametrize(("compute_type", "seconds", "shift_s"),
+                         [("int8_encoder", 6, 0.25), ("bf16_encoder", 8, 0.021)])
 def test_row_by_row_parts_keep_batching_exact(dev_item, tiny, compute_type, seconds, shift_s):
     """An int8 encoder (dynamic quantisation: each pass quantises its input as a whole) runs its
     calls of a round one by one (``calls.Packing``), a bf16 one packed where the CPU allows
