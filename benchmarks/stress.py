@@ -27,6 +27,7 @@ import numpy as np
 import soundfile as sf
 from tqdm import tqdm
 
+from susurrus.audio.features import SAMPLE_RATE
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation import degrade
 from susurrus.evaluation.data import SHARED_DATA, read_manifest
@@ -52,9 +53,9 @@ def build(data: Path, out: Path, conditions: list[str]) -> int:
         for name in conditions:
             label, make = CONDITIONS[name]
             made = make(audio, other)
-            sf.write(out / "audio" / f"{name}_{item.id}.wav", np.clip(made, -1.0, 1.0), 16000, subtype="PCM_16")
+            sf.write(out / "audio" / f"{name}_{item.id}.wav", np.clip(made, -1.0, 1.0), SAMPLE_RATE, subtype="PCM_16")
             lines.append(json.dumps({"id": f"{name}_{item.id}", "audio": f"audio/{name}_{item.id}.wav",
-                                     "text": item.text, "duration_s": round(len(made) / 16000, 3),
+                                     "text": item.text, "duration_s": round(len(made) / SAMPLE_RATE, 3),
                                      "language": "en", "condition": label}))
     (out / "manifest.jsonl").write_text("\n".join(lines) + "\n")
     return len(lines)

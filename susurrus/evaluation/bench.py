@@ -83,6 +83,9 @@ class ItemResult:
     def offline_wer(self) -> float:
         return 100.0 * self.offline_errors / max(1, self.reference_units)
 
+    def shifted_wer(self) -> float:
+        return 100.0 * (self.shifted_errors or 0) / max(1, self.reference_units)
+
 
 @dataclass
 class BenchResult:
@@ -176,12 +179,9 @@ class BenchResult:
         if not items:
             return None
         worse, better = spread.counts([(i.wer(), i.offline_wer()) for i in items])
-        units = max(1, sum(i.reference_units for i in items))
-        s_worse, s_better = spread.counts([(100.0 * (i.shifted_errors or 0) / max(1, i.reference_units),
-                                            i.offline_wer()) for i in items])
+        s_worse, s_better = spread.counts([(i.shifted_wer(), i.offline_wer()) for i in items])
         return (f"| {setting(self.config)} | {len(items)} | {worse} / {better} | {s_worse} / {s_better} "
-                f"| {100.0 * sum(i.shifted_errors or 0 for i in items) / units:.2f} "
-                f"| {_rate(items, 'offline_errors'):.2f} |")
+                f"| {_rate(items, 'shifted_errors'):.2f} | {_rate(items, 'offline_errors'):.2f} |")
 
     def worst_rows(self, n: int = 10) -> list[str]:
         ranked = sorted((i for i in self.items if i.reference is not None),
@@ -416,7 +416,8 @@ def phase_rows(results: list[BenchResult]) -> list[str]:
     for base, runs in groups.items():
         if len(runs) < 2:
             continue
-        worse = [{i.id for i in r.items if i.reference and i.wer() - i.offline_wer() > 15} for r in runs]
+        worse = [{i.id for i in r.items if i.reference and i.wer() - i.offline_wer() > spread.WORSE_POINTS}
+                 for r in runs]
         first = {i.id: i.stream_text for i in runs[0].items}
         unlike = [sum(i.stream_text != first.get(i.id) for i in r.items) for r in runs[1:]]
         wers = [r.wer for r in runs]

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-SHIFT_SAMPLES = 160  # one hop of the log-mel front end: 10 ms at 16 kHz
+from susurrus.audio.features import HOP_LENGTH
+
+SHIFT_SAMPLES = HOP_LENGTH  # one mel frame: 10 ms at 16 kHz
 WORSE_POINTS = 15.0  # the per-item bar the bench's tables count against
 
 
