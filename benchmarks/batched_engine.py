@@ -76,8 +76,9 @@ def run_alone(model, audios: list[np.ndarray], staggered: bool = False) -> tuple
     return time.process_time() - c0, [s.words for s in streams]
 
 
-def run_batched(model, audios: list[np.ndarray], staggered: bool = False) -> tuple[float, list, float, float]:
-    """Core-seconds, each stream's words, RSS per stream (MB) and calls per round."""
+def run_batched(model, audios: list[np.ndarray], staggered: bool = False) -> tuple[float, list, float, float, dict]:
+    """Core-seconds, each stream's words, RSS per stream (MB), calls per round and what each
+    kind of model call cost (``StreamBatch.costs``)."""
     batch = model.streams()
     base = rss_mb()
     streams = [batch.stream() for _ in audios]
@@ -89,7 +90,22 @@ def run_batched(model, audios: list[np.ndarray], staggered: bool = False) -> tup
             peak = max(peak, rss_mb())
     batch.finish(streams)
     return (time.process_time() - c0, [s.words for s in streams], (max(peak, rss_mb()) - base) / len(audios),
-            batch.calls_per_round)
+            batch.calls_per_round, batch.costs)
+
+
+def breakdown(n: int, spent: float, total: float, costs: dict) -> None:
+    """Where ``n`` batched streams' compute went: each kind of model call, then the rest."""
+    print(f"\n{n} streams: where the compute went (core-s per audio-second; a pass is one packed call, or one call "
+          "run alone)\n")
+    print("| part | core-s/s | share | passes per stream-second | calls per pass | ms per pass |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for kind, cost in sorted(costs.items(), key=lambda kv: -kv[1].seconds):
+        print(f"| {kind} | {cost.seconds / total:.4f} | {cost.seconds / spent:.0%} | {cost.passes / total:.2f} | "
+              f"{cost.calls / max(1, cost.passes):.2f} | {1000 * cost.seconds / max(1, cost.passes):.1f} |")
+    rest = spent - sum(c.seconds for c in costs.values())
+    print(f"| the streams' own Python (steps, features, stems, words) | {rest / total:.4f} | {rest / spent:.0%} "
+          "| | | |")
+    print(f"| all | {spent / total:.4f} | 100% | | | |\n")
 
 
 def main() -> None:
@@ -101,6 +117,8 @@ def main() -> None:
     ap.add_argument("--compute-type", default="auto", help="load_model's compute_type (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-alone", action="store_true", help="skip the unbatched runs (and the exactness check)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="after each count's row, its compute per kind of model call and the streams' own Python")
     ap.add_argument("--staggered", action="store_true",
                     help="start the streams at different times (steps in different rounds, as a server's sessions)")
     args = ap.parse_args()
@@ -122,9 +140,11 @@ def main() -> None:
         audios = recordings(args.data, n, args.seconds)
         total = sum(len(a) for a in audios) / SR
         gc.collect()
-        cb, words_b, rss, per_round = run_batched(model, audios, args.staggered)
+        cb, words_b, rss, per_round, costs = run_batched(model, audios, args.staggered)
         if args.no_alone:
             print(f"| {n} | | {cb / total:.4f} | | {rss:.1f} | {per_round:.2f} | | | | |", flush=True)
+            if args.breakdown:
+                breakdown(n, cb, total, costs)
             continue
         ca, words_a = run_alone(model, audios, args.staggered)
         same_text = sum([w.word for w in a] == [w.word for w in b] for a, b in zip(words_a, words_b))
@@ -137,6 +157,8 @@ def main() -> None:
         n_words = sum(len(a) for a in words_a)
         print(f"| {n} | {ca / total:.4f} | {cb / total:.4f} | {cb / ca:.2f} | {rss:.1f} | {per_round:.2f} | "
               f"{same_text}/{n} | {differing} of {n_words} | {same}/{n} | {shift:.2f} |", flush=True)
+        if args.breakdown:
+            breakdown(n, cb, total, costs)
 
 
 if __name__ == "__main__":

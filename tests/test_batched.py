@@ -178,6 +178,12 @@ def test_streams_stepped_together_equal_each_stream_alone(tiny, dev_items, hard_
         assert np.allclose([w.start for w in stream.words], [w.start for w in alone], atol=0.021)
     assert sum(len(s.words) for s in streams) > 100
     assert batch.calls_per_round > 1.5  # the streams' calls did share rounds (1.95 here)
+    # what each kind of call cost: every call counted once, packed calls fewer passes than calls
+    costs = batch.costs
+    assert {"EncodeFrames", "DecodeTokens", "CrossKV", "VadFrames"} <= set(costs)
+    assert sum(c.calls for c in costs.values()) == batch._lockstep.calls
+    assert all(0 < c.passes <= c.calls and c.seconds > 0 for c in costs.values())
+    assert costs["DecodeTokens"].passes < costs["DecodeTokens"].calls
 
 
 def test_one_streams_bad_audio_fails_only_that_stream(tiny, dev_item):

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from susurrus.streaming.calls import Lockstep, Steps
+from susurrus.streaming.calls import KindCost, Lockstep, Steps
 from susurrus.streaming.events import Event
 from susurrus.streaming.session import StreamSession
 
@@ -52,6 +52,12 @@ class StreamBatch:
     def calls_per_round(self) -> float:
         """Model calls per packed round so far: how many streams a round carried on average."""
         return self._lockstep.calls / max(1, self._lockstep.rounds)
+
+    @property
+    def costs(self) -> dict[str, KindCost]:
+        """What each kind of model call (``EncodeFrames``, ``DecodeTokens``, ...) cost so far:
+        thread seconds, passes, calls. The rest of the streams' compute is their own Python."""
+        return self._lockstep.costs
 
     def stream(self, latency: str | None = None, **settings: Any) -> StreamSession:
         """A new stream (the arguments of ``WhisperModel.stream``). It can still be fed alone

@@ -155,64 +155,92 @@ class Packing:
         return cls(alone, enc, dec)
 
 
+@dataclass
+class KindCost:
+    """What one kind of model call cost a :class:`Lockstep` so far: thread seconds, passes (a
+    packed pass, or a call run alone, counts one) and calls."""
+
+    seconds: float = 0.0
+    passes: int = 0
+    calls: int = 0
+
+
 @torch.inference_mode()
-def run_together(net: Whisper, calls: list[ModelCall], packing: Packing | None = None) -> list[Any]:
+def run_together(net: Whisper, calls: list[ModelCall], packing: Packing | None = None,
+                 costs: dict[str, KindCost] | None = None) -> list[Any]:
     """Every call's result, the calls of each kind run as one packed pass, as ``packing``
     (:meth:`Packing.of` ``net`` unless given) allows: the kinds in ``packing.alone`` one by one,
-    and in a packed pass the layers of its split shapes row by row."""
+    and in a packed pass the layers of its split shapes row by row. ``costs``, when given, is
+    charged each kind's thread time, passes and calls (by the kind's class name)."""
     packing = Packing.of(net) if packing is None else packing
-    alone = packing.alone
     results: list[Any] = [None] * len(calls)
     kinds: dict[type, list[int]] = {}
     for i, call in enumerate(calls):
         kinds.setdefault(type(call), []).append(i)
     for kind, idx in kinds.items():
-        if len(idx) == 1 or kind in alone:
-            for i in idx:
-                results[i] = run_alone(net, calls[i])
-        elif kind is EncodeFrames:
-            # (a one-frame row's products take another kernel than packed rows': it runs alone)
-            rows = [i for i in idx if calls[i].frames.shape[1] >= 2]
-            if len(rows) < 2:
-                rows = []
-            for i in set(idx) - set(rows):
-                results[i] = run_alone(net, calls[i])
-            outs = batched.encode_frames(net.encoder, [(c.frames, c.cache, c.mask) for c in (calls[i] for i in rows)],
-                                         packing.encoder_split) if rows else []
-            for i, out in zip(rows, outs):
-                results[i] = out
-        elif kind is DecodeTokens:
-            rows = [calls[i] for i in idx]
-            outs = [_decoded(call, *out) for call, out in zip(
-                rows, batched.decode_tokens(net.decoder, [(c.tokens, c.cache) for c in rows], net.alignment_heads,
-                                            packing.decoder_split))]
-            # the rows' shortlist logits in one pass (each position quantised on its own scale:
-            # the same logits as alone, TextDecoder.project_approx)
-            approx = net.decoder.project_approx(torch.cat([hidden[0] for hidden, _, _ in outs]))
-            at = 0
-            for i, (hidden, cache, qk) in zip(idx, outs):
-                n = hidden.shape[1]
-                results[i] = (hidden, cache, qk, approx[at:at + n])
-                at += n
-        elif kind is CrossKV:
-            feats = [calls[i].features for i in idx]
-            layers = net.decoder.cross_kv(torch.cat(feats, dim=1))
-            at = 0
-            for i, f in zip(idx, feats):
-                n = f.shape[1]
-                results[i] = [KV(kv.k[:, at:at + n], kv.v[:, at:at + n]) for kv in layers]
-                at += n
-        elif kind is VadFrames:
-            by_vad: dict[int, list[int]] = {}
-            for i in idx:
-                by_vad.setdefault(id(calls[i].vad), []).append(i)
-            for group in by_vad.values():
-                outs = calls[group[0]].vad.frames_together([row for i in group for row in calls[i].rows])
-                for i in group:  # each stream's readings, in order
-                    results[i], outs = outs[:len(calls[i].rows)], outs[len(calls[i].rows):]
-        else:
-            raise TypeError(f"not a model call: {calls[idx[0]]!r}")
+        t0 = time.thread_time()
+        passes = _run_kind(net, kind, calls, idx, packing, results)
+        if costs is not None:
+            cost = costs.setdefault(kind.__name__, KindCost())
+            cost.seconds += time.thread_time() - t0
+            cost.passes += passes
+            cost.calls += len(idx)
     return results
+
+
+def _run_kind(net: Whisper, kind: type, calls: list[ModelCall], idx: list[int], packing: Packing,
+              results: list[Any]) -> int:
+    """:func:`run_together` for the calls ``idx``, all of ``kind``: their results written into
+    ``results``; the number of passes it took."""
+    if len(idx) == 1 or kind in packing.alone:
+        for i in idx:
+            results[i] = run_alone(net, calls[i])
+        return len(idx)
+    if kind is EncodeFrames:
+        # (a one-frame row's products take another kernel than packed rows': it runs alone)
+        rows = [i for i in idx if calls[i].frames.shape[1] >= 2]
+        if len(rows) < 2:
+            rows = []
+        for i in set(idx) - set(rows):
+            results[i] = run_alone(net, calls[i])
+        outs = batched.encode_frames(net.encoder, [(c.frames, c.cache, c.mask) for c in (calls[i] for i in rows)],
+                                     packing.encoder_split) if rows else []
+        for i, out in zip(rows, outs):
+            results[i] = out
+        return len(idx) - len(rows) + bool(rows)
+    if kind is DecodeTokens:
+        decodes = [calls[i] for i in idx]
+        decoded = [_decoded(call, *out) for call, out in zip(
+            decodes, batched.decode_tokens(net.decoder, [(c.tokens, c.cache) for c in decodes], net.alignment_heads,
+                                           packing.decoder_split))]
+        # the rows' shortlist logits in one pass (each position quantised on its own scale:
+        # the same logits as alone, TextDecoder.project_approx)
+        approx = net.decoder.project_approx(torch.cat([hidden[0] for hidden, _, _ in decoded]))
+        at = 0
+        for i, (hidden, cache, qk) in zip(idx, decoded):
+            n = hidden.shape[1]
+            results[i] = (hidden, cache, qk, approx[at:at + n])
+            at += n
+        return 1
+    if kind is CrossKV:
+        feats = [calls[i].features for i in idx]
+        layers = net.decoder.cross_kv(torch.cat(feats, dim=1))
+        at = 0
+        for i, f in zip(idx, feats):
+            n = f.shape[1]
+            results[i] = [KV(kv.k[:, at:at + n], kv.v[:, at:at + n]) for kv in layers]
+            at += n
+        return 1
+    if kind is VadFrames:
+        by_vad: dict[int, list[int]] = {}
+        for i in idx:
+            by_vad.setdefault(id(calls[i].vad), []).append(i)
+        for group in by_vad.values():
+            outs = calls[group[0]].vad.frames_together([row for i in group for row in calls[i].rows])
+            for i in group:  # each stream's readings, in order
+                results[i], outs = outs[:len(calls[i].rows)], outs[len(calls[i].rows):]
+        return len(by_vad)
+    raise TypeError(f"not a model call: {calls[idx[0]]!r}")
 
 
 def drive(net: Whisper, steps: Steps[T]) -> T:
@@ -241,6 +269,7 @@ class Lockstep:
         self._live: list[_Live] = []
         self.rounds = 0  # rounds run so far
         self.calls = 0  # calls run so far (calls / rounds: how many streams a round carried)
+        self.costs: dict[str, KindCost] = {}  # per kind of call: thread time, passes, calls
 
     def __len__(self) -> int:
         return len(self._live)
@@ -271,7 +300,7 @@ class Lockstep:
         calls = [entry.call for entry in live]
         t0 = time.thread_time()
         try:
-            results: list[Any] = run_together(self.net, calls, self._packing)
+            results: list[Any] = run_together(self.net, calls, self._packing, self.costs)
             errors: list[BaseException | None] = [None] * len(calls)
         except Exception:  # noqa: BLE001 - find the call that fails
             results, errors = [], []
