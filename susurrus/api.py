@@ -14,9 +14,10 @@ import torch
 
 from susurrus.audio.io import decode_audio
 from susurrus.decoding.transcribe import TranscribeOptions, transcribe
+from susurrus.model.layers import native_bf16
 from susurrus.model.loading import LoadedModel, load_weights
 from susurrus.model.tokenizer import Tokenizer
-from susurrus.model.whisper import Whisper, native_bf16, quantize_linears
+from susurrus.model.whisper import Whisper, quantize_linears
 from susurrus.streaming.batch import StreamBatch
 from susurrus.streaming.session import StreamSession, silence_cross_kv, stream_config
 from susurrus.streaming.vad import SileroVad, load_vad

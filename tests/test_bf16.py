@@ -20,7 +20,7 @@ def bf16_tiny():
 def test_auto_is_bf16_encoder_exactly_where_the_cpu_has_bf16_instructions(tiny):
     import susurrus
     from susurrus.api import resolve_compute_type
-    from susurrus.model.whisper import native_bf16
+    from susurrus.model.layers import native_bf16
     from susurrus.transports import cli
 
     expected = "bf16_encoder" if native_bf16() else "float32"
@@ -35,7 +35,7 @@ def test_auto_is_bf16_encoder_exactly_where_the_cpu_has_bf16_instructions(tiny):
 
 
 def test_bf16_encoder_quantises_the_encoder_blocks_only_and_streams_as_float32(bf16_tiny, tiny_float32, dev_item):
-    from susurrus.model.whisper import Bf16Linear, Linear
+    from susurrus.model.layers import Bf16Linear, Linear
 
     enc, dec = bf16_tiny.net.encoder, bf16_tiny.net.decoder
     assert all(type(m) is Bf16Linear for m in enc.blocks.modules() if isinstance(m, Linear))

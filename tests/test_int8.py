@@ -21,7 +21,7 @@ def one_thread():
 def test_int8_model_transcribes_and_streams_a_dev_item_close_to_float32(dev_item, tiny, one_thread):
     import susurrus
     from susurrus.audio.features import log_mel_spectrogram, pad_or_trim
-    from susurrus.model.whisper import Linear
+    from susurrus.model.layers import Linear
 
     model = susurrus.load_model("tiny.en", compute_type="int8")
     assert model.compute_type == "int8"

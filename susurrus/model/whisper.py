@@ -18,7 +18,6 @@ No module keeps state between calls. Every cache is a dataclass passed in and re
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from susurrus.model.caches import KV, DecoderCache, EncoderCache, HeadKV, PartedKV, heads_of
+from susurrus.model.layers import Bf16Linear, Conv1d, Linear, int8_linear, windowed
 
 
 @dataclass(frozen=True)
@@ -47,55 +47,6 @@ class ModelDims:
 class LayerNorm(nn.LayerNorm):
     def forward(self, x: Tensor) -> Tensor:
         return super().forward(x.float()).type(x.dtype)
-
-
-@functools.cache
-def _onednn_linear() -> bool:
-    """Whether this torch can keep a float32 weight in oneDNN's blocked layout and multiply by
-    it (``mkldnn._reorder_linear_weight``, ``mkldnn._linear_pointwise``): probed once."""
-    try:
-        weight = torch.ones(4, 8)
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-        out = torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8), packed, None, "none", [], "")
-        return bool(torch.equal(out, torch.full((2, 4), 8.0)))
-    except (AttributeError, RuntimeError):
-        return False
-
-
-class Linear(nn.Linear):
-    # the weight in oneDNN's blocked layout (:meth:`pack`), or None: ``F.linear`` over ``weight``
-    packed: Tensor | None = None
-
-    def pack(self) -> None:
-        """Multiply float32 inputs by a copy of the weight kept in oneDNN's blocked layout from now
-        on (where this torch has it): for products of a handful of rows, which ``F.linear`` makes
-        slow by reordering the weight at every call, and a row's result is the same whatever the
-        other rows (the summation order does not depend on the row count from 2 rows on; one row
-        takes another kernel, so it is multiplied as two). Not for the decoder's layers: their
-        products at every row count made oneDNN keep a kernel per count (~5 MB more per stream
-        at 32 streams) for ~2 % less CPU. Call after the weight is final: a later change of
-        ``weight`` does not reach the copy."""
-        self.packed = (torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().float(), None)
-                       if _onednn_linear() else None)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.packed is not None and x.dtype == torch.float32:
-            return self._packed_product(x)
-        bias = None if self.bias is None else self.bias.to(x.dtype)
-        return F.linear(x, self.weight.to(x.dtype), bias)
-
-    def _packed_product(self, x: Tensor) -> Tensor:
-        rows = x.reshape(-1, x.shape[-1])
-        single = rows.shape[0] == 1
-        if single:
-            rows = torch.cat([rows, rows])
-        out = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), self.packed, self.bias, "none", [], "")
-        return (out[:1] if single else out).reshape(*x.shape[:-1], self.out_features)
-
-
-class Conv1d(nn.Conv1d):
-    def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        return super()._conv_forward(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))
 
 
 def top_entries(row: Tensor, k: int) -> Tensor:
@@ -228,18 +179,6 @@ class ResidualAttentionBlock(nn.Module):
         return x, kv, scores
 
 
-def _windowed(conv: nn.Conv1d) -> Linear:
-    """``conv`` (kernel k) as a packed linear layer over rows of k frames' channels, channel-major:
-    the rows ``x.unfold(0, k, stride).flatten(1)`` of frames ``x`` (time, channels)."""
-    out, channels, k = conv.weight.shape
-    layer = Linear(channels * k, out, bias=conv.bias is not None)
-    layer.weight = nn.Parameter(conv.weight.detach().float().reshape(out, channels * k).clone(), requires_grad=False)
-    if conv.bias is not None:
-        layer.bias = nn.Parameter(conv.bias.detach().float().clone(), requires_grad=False)
-    layer.pack()
-    return layer
-
-
 class AudioEncoder(nn.Module):
     def __init__(self, n_mels: int, n_ctx: int, n_state: int, n_head: int, n_layer: int):
         super().__init__()
@@ -265,7 +204,7 @@ class AudioEncoder(nn.Module):
         projection's copies are)."""
         layers = getattr(self, "_stem_layers", None)
         if layers is None:
-            layers = self._stem_layers = (_windowed(self.conv1), _windowed(self.conv2))
+            layers = self._stem_layers = (windowed(self.conv1), windowed(self.conv2))
         return layers
 
     def forward(self, mel: Tensor) -> Tensor:
@@ -313,7 +252,7 @@ class TextDecoder(nn.Module):
         """Project to the vocabulary with int8 weights for every decode (lossy: logits move by
         up to ~1.3, so near-ties can flip; WER cost measured in docs/benchmarks.md). Streaming
         does not need this: :meth:`project_shortlist` is as fast and exact."""
-        self.output_int8 = _int8_linear(self.token_embedding.weight)
+        self.output_int8 = int8_linear(self.token_embedding.weight)
 
     def project(self, x: Tensor) -> Tensor:
         """Vocabulary logits (…, vocab), float32, of final hidden states ``x`` (…, width)."""
@@ -330,7 +269,7 @@ class TextDecoder(nn.Module):
         range at [-1, 1] whatever the other rows hold, so a position's logits are the same
         alone or packed with many streams' (one pass reads the 20-50 MB of weights once)."""
         if getattr(self, "shortlist_int8", None) is None:
-            self.shortlist_int8 = _int8_linear(self.token_embedding.weight)
+            self.shortlist_int8 = int8_linear(self.token_embedding.weight)
             self.shortlist_fence = torch.zeros(1, self.token_embedding.weight.shape[1])
             self.shortlist_fence[0, :2] = torch.tensor([1.0, -1.0])
         x = x.float()
@@ -390,58 +329,6 @@ class TextDecoder(nn.Module):
         return (self.project(x) if project else x), DecoderCache(cache.cross, self_kv), qk
 
 
-def _int8_linear(weight: Tensor, bias: Tensor | None = None) -> nn.Module:
-    """A dynamically quantised linear layer (fbgemm int8 weights with per-row scales; each call
-    quantises its input per tensor, 7-bit as fbgemm needs on CPUs without VNNI) with ``weight``
-    (out, in) and an optional float ``bias``. Takes and returns float32."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import torch.ao.nn.quantized.dynamic as qd
-        from torch.ao.quantization import per_channel_dynamic_qconfig
-
-        float_linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
-        float_linear.weight.data = weight.detach().float().clone()
-        if bias is not None:
-            float_linear.bias.data = bias.detach().float().clone()
-        float_linear.qconfig = per_channel_dynamic_qconfig
-        return qd.Linear.from_float(float_linear)
-
-
-class Bf16Linear(Linear):
-    """A linear layer computed in bfloat16: weights stored in bfloat16, the input rounded to it,
-    products accumulated in float32 by the CPU's bf16 dot-product instructions (AVX512-BF16,
-    AMX: ~2.5x the float32 rate on the encoder's matrix products here), the output rounded to
-    bfloat16 and returned as float32 with the float32 bias added. Lossy: bfloat16 keeps 8 bits of
-    mantissa. On a CPU without bf16 instructions it is emulated, and slower than float32."""
-
-    @classmethod
-    def of(cls, layer: Linear) -> Bf16Linear:
-        out = cls(layer.in_features, layer.out_features, bias=layer.bias is not None)
-        out.weight = nn.Parameter(layer.weight.detach().to(torch.bfloat16), requires_grad=False)
-        if layer.bias is not None:
-            out.bias = nn.Parameter(layer.bias.detach().float(), requires_grad=False)
-        return out
-
-    def product(self, x: Tensor) -> Tensor:
-        """The product without the bias, in bfloat16."""
-        return F.linear(x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16), self.weight)
-
-    def forward(self, x: Tensor) -> Tensor:
-        y = self.product(x)
-        if self.bias is None:
-            return y.float()
-        return y.float().add_(self.bias)  # y exactly in float32, plus the float32 bias: torch.add's promotion, faster
-
-
-def native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX); elsewhere
-    :class:`Bf16Linear` is emulated, and slower than float32."""
-    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(probe() for probe in probes if probe is not None)
-
-
 INT8_PARTS = ("encoder", "decoder")
 
 
@@ -463,7 +350,7 @@ def quantize_linears(net: Whisper, parts: tuple[str, ...] = INT8_PARTS, kind: st
         for module in list(blocks.modules()):
             for child_name, child in list(module.named_children()):
                 if isinstance(child, Linear) and not isinstance(child, Bf16Linear):
-                    setattr(module, child_name, _int8_linear(child.weight, child.bias) if kind == "int8"
+                    setattr(module, child_name, int8_linear(child.weight, child.bias) if kind == "int8"
                             else Bf16Linear.of(child))
                     replaced += 1
             if kind == "bf16" and isinstance(module, MultiHeadAttention):

@@ -27,7 +27,8 @@ from torch import Tensor
 
 from susurrus.model import batched
 from susurrus.model.caches import KV, DecoderCache, EncoderCache
-from susurrus.model.whisper import Bf16Linear, Whisper
+from susurrus.model.layers import Bf16Linear
+from susurrus.model.whisper import Whisper
 from susurrus.streaming.vad import VadFrames
 
 T = TypeVar("T")
