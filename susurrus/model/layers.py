@@ -1,75 +1,23 @@
-"""The linear layers the network is built of: float32 (:class:`Linear`, optionally over a weight
-packed in oneDNN's layout), bfloat16 (:class:`Bf16Linear`) and int8 (:func:`int8_linear`), and
-the convolutions, as :mod:`susurrus.model.whisper` uses them."""
+"""The linear layers the network is built of, float32 (:class:`Linear`), bfloat16
+(:class:`Bf16Linear`) and int8 (:func:`int8_linear`), and its convolution, as
+:mod:`susurrus.model.whisper` uses them."""
 
 from __future__ import annotations
-
-import functools
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-@functools.cache
-def _onednn_linear() -> bool:
-    """Whether this torch can keep a float32 weight in oneDNN's blocked layout and multiply by
-    it (``mkldnn._reorder_linear_weight``, ``mkldnn._linear_pointwise``): probed once."""
-    try:
-        weight = torch.ones(4, 8)
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-        out = torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8), packed, None, "none", [], "")
-        return bool(torch.equal(out, torch.full((2, 4), 8.0)))
-    except (AttributeError, RuntimeError):
-        return False
-
-
 class Linear(nn.Linear):
-    # the weight in oneDNN's blocked layout (:meth:`pack`), or None: ``F.linear`` over ``weight``
-    packed: Tensor | None = None
-
-    def pack(self) -> None:
-        """Multiply float32 inputs by a copy of the weight kept in oneDNN's blocked layout from now
-        on (where this torch has it): for products of a handful of rows, which ``F.linear`` makes
-        slow by reordering the weight at every call, and a row's result is the same whatever the
-        other rows (the summation order does not depend on the row count from 2 rows on; one row
-        takes another kernel, so it is multiplied as two). Not for the decoder's layers: their
-        products at every row count made oneDNN keep a kernel per count (~5 MB more per stream
-        at 32 streams) for ~2 % less CPU. Call after the weight is final: a later change of
-        ``weight`` does not reach the copy."""
-        self.packed = (torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().float(), None)
-                       if _onednn_linear() else None)
-
     def forward(self, x: Tensor) -> Tensor:
-        if self.packed is not None and x.dtype == torch.float32:
-            return self._packed_product(x)
         bias = None if self.bias is None else self.bias.to(x.dtype)
         return F.linear(x, self.weight.to(x.dtype), bias)
-
-    def _packed_product(self, x: Tensor) -> Tensor:
-        rows = x.reshape(-1, x.shape[-1])
-        single = rows.shape[0] == 1
-        if single:
-            rows = torch.cat([rows, rows])
-        out = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), self.packed, self.bias, "none", [], "")
-        return (out[:1] if single else out).reshape(*x.shape[:-1], self.out_features)
 
 
 class Conv1d(nn.Conv1d):
     def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         return super()._conv_forward(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))
-
-
-def windowed(conv: nn.Conv1d) -> Linear:
-    """``conv`` (kernel k) as a packed linear layer over rows of k frames' channels, channel-major:
-    the rows ``x.unfold(0, k, stride).flatten(1)`` of frames ``x`` (time, channels)."""
-    out, channels, k = conv.weight.shape
-    layer = Linear(channels * k, out, bias=conv.bias is not None)
-    layer.weight = nn.Parameter(conv.weight.detach().float().reshape(out, channels * k).clone(), requires_grad=False)
-    if conv.bias is not None:
-        layer.bias = nn.Parameter(conv.bias.detach().float().clone(), requires_grad=False)
-    layer.pack()
-    return layer
 
 
 def int8_linear(weight: Tensor, bias: Tensor | None = None) -> nn.Module:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from susurrus.model.caches import KV, DecoderCache, EncoderCache, HeadKV, PartedKV, heads_of
-from susurrus.model.layers import Bf16Linear, Conv1d, Linear, int8_linear, windowed
+from susurrus.model.layers import Bf16Linear, Conv1d, Linear, int8_linear
 
 
 @dataclass(frozen=True)
@@ -193,19 +193,6 @@ class AudioEncoder(nn.Module):
         x = F.gelu(self.conv1(mel))
         x = F.gelu(self.conv2(x))
         return x.permute(0, 2, 1)
-
-    def stem_layers(self) -> tuple[Linear, Linear]:
-        """The stem's two convolutions as packed linear layers over windows of 3 frames (an input
-        row is a window's channels, each with its 3 taps): what a stream's few new frames per
-        step go through (``streaming.encoder.stem_frames``). ``conv1d`` over a handful of frames
-        takes a slow general path (~0.5 ms for 3 frames where the product is ~0.1 ms) and rounds
-        differently with the width; these give every frame the same result whatever the frames
-        around it. Made at the first call from the weights then (cached, as the vocabulary
-        projection's copies are)."""
-        layers = getattr(self, "_stem_layers", None)
-        if layers is None:
-            layers = self._stem_layers = (windowed(self.conv1), windowed(self.conv2))
-        return layers
 
     def forward(self, mel: Tensor) -> Tensor:
         """Full bidirectional encoding of a (batch, n_mels, 3000) window: (batch, 1500, width)."""

@@ -89,12 +89,11 @@ def stem_frames(net: Whisper, mel: torch.Tensor, j0: int, j1: int,
     piece = mel[:, max(m_lo, 0): min(m_hi, n)]
     if running_max is not None:
         piece = normalize_frames(piece, running_max)
-    piece = F.pad(piece, (max(0, -m_lo), max(0, m_hi - n))).T  # (time, n_mels)
-    conv1, conv2 = enc.stem_layers()
-    c1 = F.gelu(conv1(piece.unfold(0, 3, 1).flatten(1)))  # (conv1 outputs, width)
-    c1 = F.pad(c1, (0, 0, first - lo, hi - last))
-    c2 = F.gelu(conv2(c1.unfold(0, 3, 2).flatten(1)))
-    return c2[None]
+    piece = F.pad(piece, (max(0, -m_lo), max(0, m_hi - n)))[None]
+    c1 = F.gelu(F.conv1d(piece, enc.conv1.weight, enc.conv1.bias))
+    c1 = F.pad(c1, (first - lo, hi - last))
+    c2 = F.gelu(F.conv1d(c1, enc.conv2.weight, enc.conv2.bias, stride=2))
+    return c2.permute(0, 2, 1)
 
 
 @torch.inference_mode()
