@@ -173,7 +173,7 @@ class BenchResult:
         return rows
 
     def spread_row(self) -> str | None:
-        """The stream's items more than 15 points from offline beside those that offline 10 ms
+        """The stream's items more than ``spread.WORSE_POINTS`` from offline beside those that offline 10 ms
         later has (:mod:`~susurrus.evaluation.spread`); None unless it was transcribed."""
         items = [i for i in self.items if i.reference is not None and i.shifted_errors is not None]
         if not items:

@@ -36,6 +36,6 @@ def counts(pairs: list[tuple[float, float]], points: float = WORSE_POINTS) -> tu
     return (sum(w - o > points for w, o in pairs), sum(o - w > points for w, o in pairs))
 
 
-HEADER = ("| setting | items | stream: items > 15 points worse / better than offline | offline 10 ms later: "
-          "items > 15 points worse / better | offline 10 ms later: WER % | offline WER % |\n"
+HEADER = (f"| setting | items | stream: items > {WORSE_POINTS:g} points worse / better than offline | offline 10 ms "
+          f"later: items > {WORSE_POINTS:g} points worse / better | offline 10 ms later: WER % | offline WER % |\n"
           "|---|---|---|---|---|---|")

@@ -62,7 +62,7 @@ class Bf16Linear(Linear):
         y = self.product(x)
         if self.bias is None:
             return y.float()
-        return y.float().add_(self.bias)  # y exactly in float32, plus the float32 bias: torch.add's promotion, faster
+        return y.float().add_(self.bias)  # y exactly in float32 plus the bias: torch.add's values, faster
 
 
 def native_bf16() -> bool:
