@@ -120,11 +120,11 @@ def main() -> None:
 
     import susurrus
     from susurrus.audio.io import decode_audio
-    from susurrus.transports.client import session_update
-    from susurrus.transports.realtime_settings import Limits
-    from susurrus.transports.realtime_transcriber import _stream_kwargs
-    from susurrus.transports.rest_jobs import UploadLimits
-    from susurrus.transports.server import BackgroundServer
+    from susurrus.client import session_update
+    from susurrus.server.app import BackgroundServer
+    from susurrus.server.realtime.settings import Limits
+    from susurrus.server.realtime.transcriber import _stream_kwargs
+    from susurrus.server.rest.jobs import UploadLimits
 
     tiny = susurrus.load_model("tiny.en")
     audio = decode_audio(SPEECH)

@@ -56,8 +56,8 @@ from ray_cluster_parts import (  # noqa: E402
 )
 
 from susurrus.audio.io import decode_audio, resample  # noqa: E402
+from susurrus.client import to_pcm16  # noqa: E402
 from susurrus.evaluation.data import SHARED_DATA, read_manifest  # noqa: E402
-from susurrus.transports.client import to_pcm16  # noqa: E402
 
 SHORT = ["ljspeech_LJ001-0001", "librispeech_test-clean_1089-134686-0000", "jfk_inaugural",
          "ljspeech_LJ001-0003", "ljspeech_LJ001-0014", "ljspeech_LJ001-0015", "ljspeech_LJ001-0027",
@@ -159,7 +159,7 @@ class Cluster:
     def deploy(self, replicas: int, grace_s: float, drain_s: float, per_replica: int, scale=None) -> None:
         from ray import serve
 
-        from susurrus.transports.ray_serve import APP_NAME, ReplicaOptions, ScaleOptions, build_app
+        from susurrus.server.ray_serve import APP_NAME, ReplicaOptions, ScaleOptions, build_app
 
         if not self.serving:
             serve.start(http_options={"host": "127.0.0.1", "port": self.http_port, "location": "HeadOnly"})
@@ -251,7 +251,7 @@ def main() -> None:
         # target of 8 open sessions per replica, so 8 sessions need 1: once the downscale delay has
         # passed Serve removes one while all 8 are live. First, because Serve honours initial_replicas
         # only on an application's first deployment (a redeploy is a new version: it replaces replicas)
-        from susurrus.transports.ray_serve import ScaleOptions
+        from susurrus.server.ray_serve import ScaleOptions
 
         print(f"scale-down: autoscaling 2 -> 1 replica during {n} live sessions ...", file=sys.stderr)
         t = time.perf_counter()
@@ -350,7 +350,7 @@ def main() -> None:
         report += latency_rows("plain serve --workers 2", plain_sessions, {"plain": "1 server, 2 worker processes"})
     report += latency_rows("ray spread", spread, names)
     report.append("")
-    from susurrus.transports.ray_serve import capacity
+    from susurrus.server.ray_serve import capacity
 
     report.append(f"load average during the spread phase: {load0:.1f} -> {load1:.1f} on {os.cpu_count()} cores "
                   "(other jobs share this machine)")

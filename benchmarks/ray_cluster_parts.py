@@ -19,7 +19,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from susurrus.transports.client import append_event, session_update  # noqa: E402
+from susurrus.client import append_event, session_update  # noqa: E402
 
 RATE = 24000
 BLOCK = RATE // 10

@@ -31,7 +31,7 @@ FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 
 
 def cli(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "susurrus.transports.cli", *args], capture_output=True, check=True)
+    subprocess.run([sys.executable, "-m", "susurrus.cli.main", *args], capture_output=True, check=True)
 
 
 def text_of_stream(path: Path, out: Path) -> str:
@@ -111,7 +111,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=61.3, help="the long upload: the long-form stream's start")
     args = ap.parse_args()
     url = f"http://127.0.0.1:{args.port}"
-    server = subprocess.Popen([sys.executable, "-m", "susurrus.transports.cli", "serve", "--port", str(args.port),
+    server = subprocess.Popen([sys.executable, "-m", "susurrus.cli.main", "serve", "--port", str(args.port),
                                "--workers", "2", "--model", args.model, "--log-level", "warning"])
     try:
         with tempfile.TemporaryDirectory() as tmp:

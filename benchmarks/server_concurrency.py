@@ -42,9 +42,9 @@ sys.path.insert(0, str(REPO))
 
 from susurrus.audio.io import decode_audio, resample  # noqa: E402
 from susurrus.audio.resampler import StreamResampler  # noqa: E402
+from susurrus.client import append_event, session_update, to_pcm16  # noqa: E402
 from susurrus.evaluation.data import SHARED_DATA, read_manifest  # noqa: E402
 from susurrus.evaluation.metrics import corpus_error_rate  # noqa: E402
-from susurrus.transports.client import append_event, session_update, to_pcm16  # noqa: E402
 
 FILES = ["ljspeech_LJ001-0001", "librispeech_test-clean_1089-134686-0000", "jfk_inaugural",
          "librivox_sense_and_sensibility_01_austen_64kb-0870", "librispeech_dev-clean_1272-128104-0000",

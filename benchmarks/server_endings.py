@@ -50,8 +50,8 @@ from server_concurrency import BLOCK, RATE, Result, chosen_audio, pct, run_clien
 from server_helpers import NeverReads  # noqa: E402 - a raw WebSocket client that never reads
 from soak import http_get, parse_metrics  # noqa: E402
 
+from susurrus.client import append_event, session_update  # noqa: E402
 from susurrus.evaluation.data import SHARED_DATA  # noqa: E402
-from susurrus.transports.client import append_event, session_update  # noqa: E402
 
 COMPLETED = "conversation.item.input_audio_transcription.completed"
 FAILED = "conversation.item.input_audio_transcription.failed"

@@ -25,15 +25,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from susurrus.audio.io import decode_audio  # noqa: E402
-from susurrus.evaluation.data import read_manifest  # noqa: E402
-from susurrus.evaluation.health import longest_repetition  # noqa: E402
-from susurrus.transports.client import (  # noqa: E402
+from susurrus.client import (  # noqa: E402
     COMMIT_EMPTY,
     SEND_BUFFER_BYTES,
     append_event,
     session_update,
     to_pcm16,
 )
+from susurrus.evaluation.data import read_manifest  # noqa: E402
+from susurrus.evaluation.health import longest_repetition  # noqa: E402
 
 RATE = 24000
 END_MARKER = "soak-end"

@@ -1,5 +1,5 @@
 import sys
 
-from susurrus.transports.cli import main
+from susurrus.cli.main import main
 
 sys.exit(main())

@@ -81,8 +81,8 @@ def base():
 @pytest.fixture(scope="session")
 def server(tiny):
     """A real uvicorn server on a free loopback port with tiny.en in two worker processes."""
-    from susurrus.transports.realtime_settings import Limits
-    from susurrus.transports.server import BackgroundServer
+    from susurrus.server.app import BackgroundServer
+    from susurrus.server.realtime.settings import Limits
 
     limits = Limits(max_message_bytes=256 * 1024, max_buffered_s=30.0, max_sessions=8)
     with BackgroundServer(tiny, limits=limits, workers=2) as srv:
@@ -93,8 +93,8 @@ def server(tiny):
 def guarded_server(tiny):
     """A second server with an API key, two sessions at most and 2 s of buffered audio at most; its
     streams run in its own threads on the shared tiny.en (``--workers 0``)."""
-    from susurrus.transports.realtime_settings import Limits
-    from susurrus.transports.server import BackgroundServer
+    from susurrus.server.app import BackgroundServer
+    from susurrus.server.realtime.settings import Limits
 
     limits = Limits(max_message_bytes=64 * 1024, max_buffered_s=2.0, max_sessions=2)
     with BackgroundServer(tiny, limits=limits, api_key="test-key", workers=0) as srv:

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from susurrus.transports import realtime_protocol as rp
-from susurrus.transports.client import append_event, session_update
+from susurrus.client import append_event, session_update
+from susurrus.server.realtime import protocol as rp
 
 # every error.code the realtime protocol documents (docs/architecture.md, "Limits and errors")
 REALTIME_CODES = {rp.INVALID_JSON, rp.UNKNOWN_EVENT, rp.UNSUPPORTED_EVENT, rp.INVALID_VALUE, rp.MISSING_PARAM,

@@ -17,12 +17,12 @@ import numpy as np
 from fuzz_cases import ANSWERS, COMPLETED, FAILED, REALTIME_CODES, CaseResult, Step, _dumps, single_steps
 from hypothesis import strategies as st
 
-from susurrus.transports import realtime_protocol as rp
-from susurrus.transports.client import append_event, session_update
-from susurrus.transports.metrics import Metrics
-from susurrus.transports.realtime import RealtimeSession
-from susurrus.transports.realtime_items import Item, TurnStream, Work
-from susurrus.transports.realtime_settings import Limits
+from susurrus.client import append_event, session_update
+from susurrus.server.metrics import Metrics
+from susurrus.server.realtime import protocol as rp
+from susurrus.server.realtime.items import Item, TurnStream, Work
+from susurrus.server.realtime.session import RealtimeSession
+from susurrus.server.realtime.settings import Limits
 
 # ---------------------------------------------------------------------------- depth 1: the protocol layer
 
@@ -230,10 +230,10 @@ def transcribed_cases(max_bytes: int) -> st.SearchStrategy:
 
 def run_transcribed(steps: list[Step], model: Any, limits: Limits) -> CaseResult:
     """Depth 2: as :func:`run_protocol`, and each work run on ``model`` by a real
-    :class:`~susurrus.transports.realtime_transcriber.Transcriber`, in order, as the server's
+    :class:`~susurrus.server.realtime.transcriber.Transcriber`, in order, as the server's
     worker does (turn signals back into the session). Checks the model's side: nothing fails,
     every commit completes its item with all its accepted audio, every clear is answered."""
-    from susurrus.transports.realtime_transcriber import Transcriber
+    from susurrus.server.realtime.transcriber import Transcriber
 
     t0 = time.monotonic()
     checker = ProtocolChecker(limits)

@@ -18,7 +18,7 @@ from fuzz_cases import PCM_SHAPES, REST_CODES, CaseResult, pcm_of
 from fuzz_realtime import metric
 from hypothesis import strategies as st
 
-from susurrus.transports.realtime_items import SAMPLE_RATE
+from susurrus.server.realtime.items import SAMPLE_RATE
 
 # ---------------------------------------------------------------------------- the REST upload
 
@@ -96,8 +96,8 @@ def run_form(fields: list[tuple[str, Any]], model: Any) -> CaseResult:
     ``RestError`` with a 4xx status, a documented code and OpenAI's body, never another exception."""
     from starlette.datastructures import FormData, Headers, UploadFile
 
-    from susurrus.transports.rest import parse_request
-    from susurrus.transports.rest_jobs import RestError
+    from susurrus.server.rest.api import parse_request
+    from susurrus.server.rest.jobs import RestError
 
     t0 = time.monotonic()
     result = CaseResult(steps=1)
@@ -132,7 +132,7 @@ def check_rest_error(status: int, body: Any) -> list[str]:
 def run_upload(data: bytes, limits: Any) -> CaseResult:
     """``rest_jobs.decode_upload`` on ``data``: finite 16 kHz samples of 0.1 s or more within the
     limit, or a 400 with a documented code; never another exception."""
-    from susurrus.transports.rest_jobs import RestError, decode_upload
+    from susurrus.server.rest.jobs import RestError, decode_upload
 
     t0 = time.monotonic()
     result = CaseResult(steps=1)

@@ -18,7 +18,7 @@ from websockets.uri import parse_uri
 
 from susurrus.audio.io import resample
 from susurrus.audio.resampler import StreamResampler
-from susurrus.transports.client import append_event, session_update, to_pcm16
+from susurrus.client import append_event, session_update, to_pcm16
 
 # Options for the OpenAI SDK's realtime connect(): the SDK opens its websockets connection with a
 # plain connect() call, which websockets 17.1 deprecated outside a `with` block unless asked for

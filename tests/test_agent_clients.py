@@ -19,11 +19,11 @@ import torch
 from server_helpers import pcm16_at
 
 from susurrus.audio.resampler import StreamResampler
+from susurrus.decoding.offline import transcribe_options
 from susurrus.evaluation import signals
 from susurrus.evaluation.metrics import corpus_error_rate
+from susurrus.server.realtime.settings import SessionSettings, parse_turn_detection
 from susurrus.streaming.session import TurnEnded
-from susurrus.transports.offline import transcribe_options
-from susurrus.transports.realtime_settings import SessionSettings, parse_turn_detection
 
 JFK = "jfk_inaugural"  # 11 s, four phrases
 SHORT = ("ljspeech_LJ001-0002", "ljspeech_LJ001-0008")  # 1.9 s and 1.8 s: two turns, real time

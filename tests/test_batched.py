@@ -243,7 +243,7 @@ def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, de
     held feed's later requests, the finish among them, wait behind it)."""
     import threading
 
-    from susurrus.transports.workers import WorkerPool, model_spec
+    from susurrus.server.workers.pool import WorkerPool, model_spec
 
     english = [item for item in dev_items if item.language == "en"][:4]
     audios = [decode_audio(item.audio)[: 8 * SR] for item in english]

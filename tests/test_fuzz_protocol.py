@@ -32,10 +32,10 @@ from protocol_fuzz import (
 from server_helpers import Conn, metrics, pcm16_at, server_samples, stream_text, words
 
 from susurrus.audio.io import decode_audio
-from susurrus.transports.client import session_update
-from susurrus.transports.realtime_settings import Limits
-from susurrus.transports.realtime_transcriber import _stream_kwargs
-from susurrus.transports.rest_jobs import UploadLimits
+from susurrus.client import session_update
+from susurrus.server.realtime.settings import Limits
+from susurrus.server.realtime.transcriber import _stream_kwargs
+from susurrus.server.rest.jobs import UploadLimits
 
 SMALL = Limits(max_message_bytes=64 * 1024, max_buffered_s=2.0)
 SPEECH = "ljspeech_LJ001-0008"  # 1.8 s: "has never been surpassed."
@@ -145,8 +145,8 @@ def test_after_the_fuzz_a_normal_session_transcribes_a_real_recording(server, ti
 def test_a_number_too_long_to_convert_is_invalid_json_not_a_dead_session(text):
     """Found by the fuzzer: ``json.loads`` raises ``ValueError`` (not ``JSONDecodeError``) for an
     integer of more than 4300 digits; it escaped ``receive`` and ended the connection."""
-    from susurrus.transports.metrics import Metrics
-    from susurrus.transports.realtime import RealtimeSession
+    from susurrus.server.metrics import Metrics
+    from susurrus.server.realtime.session import RealtimeSession
 
     s = RealtimeSession(model_name="tiny.en", multilingual=False, limits=SMALL, metrics=Metrics())
     events, works = s.receive(text)
@@ -164,8 +164,8 @@ def test_a_number_too_long_to_convert_is_invalid_json_not_a_dead_session(text):
 def test_an_unhashable_enum_value_is_invalid_value(session):
     """Found by the fuzzer: ``eagerness`` and ``delay`` were looked up in dicts, so a list or an
     object raised ``TypeError`` out of ``receive`` and ended the connection."""
-    from susurrus.transports.metrics import Metrics
-    from susurrus.transports.realtime import RealtimeSession
+    from susurrus.server.metrics import Metrics
+    from susurrus.server.realtime.session import RealtimeSession
 
     s = RealtimeSession(model_name="tiny.en", multilingual=False, limits=SMALL, metrics=Metrics())
     events, _ = s.receive(json.dumps({"type": "session.update", "event_id": "u1", "session": session}))

@@ -61,7 +61,7 @@ def test_int8_model_transcribes_and_streams_a_dev_item_close_to_float32(dev_item
 def test_compute_type_is_checked_and_the_cli_offers_the_same_ones():
     import susurrus
     from susurrus.api import AUTO, COMPUTE_TYPES
-    from susurrus.transports import cli
+    from susurrus.cli import main as cli
 
     assert cli.COMPUTE_TYPES == list(COMPUTE_TYPES) and cli.AUTO == AUTO
     with pytest.raises(ValueError, match="compute_type"):

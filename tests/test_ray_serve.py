@@ -39,7 +39,7 @@ def ray_app():
     serve = pytest.importorskip("ray.serve", reason=NO_RAY)
     import ray
 
-    from susurrus.transports.ray_serve import APP_NAME, ReplicaOptions, ScaleOptions, build_app
+    from susurrus.server.ray_serve import APP_NAME, ReplicaOptions, ScaleOptions, build_app
 
     port = _free_port()
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, namespace="susurrus-test")
@@ -55,7 +55,7 @@ def ray_app():
 
 def test_serve_ray_without_ray_says_how_to_install_it():
     """Without the extra (simulated: ``ray`` unimportable) the command fails in one line."""
-    code = ("import sys; sys.modules['ray'] = None; from susurrus.transports.cli import main; "
+    code = ("import sys; sys.modules['ray'] = None; from susurrus.cli.main import main; "
             "sys.exit(main(['serve-ray']))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
@@ -79,7 +79,7 @@ def test_a_recording_streamed_through_ray_serve_comes_back_as_susurrus_stream_gi
     health = urllib.request.urlopen(f"{ray_app}/healthz", timeout=10)
     body = json.loads(health.read())
     assert health.status == 200 and body["status"] == "ok" and body["model"] == "tiny.en"
-    from susurrus.transports.ray_serve import DEFAULT_SESSIONS_PER_REPLICA
+    from susurrus.server.ray_serve import DEFAULT_SESSIONS_PER_REPLICA
 
     assert body["max_sessions"] == DEFAULT_SESSIONS_PER_REPLICA  # the replica's capacity, not Serve's default
     assert health.headers["x-susurrus-replica"] == replica  # one replica

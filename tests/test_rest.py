@@ -21,8 +21,8 @@ import torch
 from server_helpers import Conn, metrics, stream_text, wait_for_metric
 
 from susurrus.audio.io import decode_audio
+from susurrus.decoding.offline import transcribe_options
 from susurrus.evaluation.metrics import corpus_error_rate
-from susurrus.transports.offline import transcribe_options
 
 openai = pytest.importorskip("openai")
 
@@ -47,7 +47,7 @@ def _keep_torch_threads():
 
 def _cli(*args: str) -> None:
     """``susurrus transcribe`` itself, with its default of one torch thread (as the server's workers)."""
-    from susurrus.transports.cli import main
+    from susurrus.cli.main import main
 
     with _keep_torch_threads():
         assert main(["transcribe", *args, "--quiet", "--threads", "1"]) == 0
@@ -131,7 +131,7 @@ def test_models_lists_the_served_model_and_openais_names(server):
 
 @pytest.fixture(scope="module")
 def base_server(base):
-    from susurrus.transports.server import BackgroundServer
+    from susurrus.server.app import BackgroundServer
 
     with BackgroundServer(base, workers=0) as srv:  # threads of this process, on the shared base
         yield srv
@@ -160,9 +160,9 @@ def test_translations_return_english_from_the_multilingual_model(base_server, ba
 @pytest.fixture(scope="module")
 def strict_server(tiny):
     """An API key, one session or request at a time, 600 KiB and 8 s of audio per upload."""
-    from susurrus.transports.realtime_settings import Limits
-    from susurrus.transports.rest import UploadLimits
-    from susurrus.transports.server import BackgroundServer
+    from susurrus.server.app import BackgroundServer
+    from susurrus.server.realtime.settings import Limits
+    from susurrus.server.rest.api import UploadLimits
 
     with BackgroundServer(tiny, limits=Limits(max_sessions=1), api_key="test-key", workers=0,
                           uploads=UploadLimits(max_bytes=600 * 1024, max_seconds=8.0)) as srv:

@@ -76,7 +76,7 @@ def test_openai_sdk_streams_a_recording_and_gets_what_susurrus_stream_gives(serv
     if rate == 16000:
         assert completed.transcript == direct
         # and the command itself, once
-        from susurrus.transports.cli import main
+        from susurrus.cli.main import main
 
         assert main(["stream", str(item.audio), "--quiet", "-f", "json", "-o", str(tmp_path)]) == 0
         assert completed.transcript == json.loads((tmp_path / f"{item.audio.stem}.json").read_text())["text"]

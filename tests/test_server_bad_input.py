@@ -12,7 +12,7 @@ from server_helpers import Conn, metrics, pcm16_at, server_samples, stream_text,
 from websockets.exceptions import ConnectionClosed
 
 from susurrus.audio.io import decode_audio
-from susurrus.transports.client import append_event
+from susurrus.client import append_event
 
 SHORT = "ljspeech_LJ001-0008"  # 1.8 s: "has never been surpassed."
 COMPLETED = "conversation.item.input_audio_transcription.completed"

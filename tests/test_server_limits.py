@@ -27,8 +27,8 @@ from websockets.frames import Opcode
 
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation.metrics import corpus_error_rate
-from susurrus.transports.access import key_matches, origin_allowed, parse_origins
-from susurrus.transports.metrics import DROP_REASONS
+from susurrus.server.access import key_matches, origin_allowed, parse_origins
+from susurrus.server.metrics import DROP_REASONS
 
 KEY = {"Authorization": "Bearer limits-key"}
 COMPLETED = "conversation.item.input_audio_transcription.completed"
@@ -42,8 +42,8 @@ APP = "https://app.example.com"
 def limited(tiny):
     """A server with small limits: 64 KiB of unread events, 2 s idle, an API key, one allowed
     origin besides its own; streams in its threads on the shared tiny.en."""
-    from susurrus.transports.realtime_settings import Limits
-    from susurrus.transports.server import BackgroundServer
+    from susurrus.server.app import BackgroundServer
+    from susurrus.server.realtime.settings import Limits
 
     limits = Limits(max_message_bytes=256 * 1024, max_buffered_s=30.0, max_sessions=4,
                     max_outbound_bytes=64 * 1024, idle_s=2.0)
@@ -187,7 +187,7 @@ def test_shutdown_past_the_drain_deadline_says_what_was_not_transcribed(tiny, de
     """In process, a drain of 0.5 s: a client that committed 10 s of audio, all of it still queued,
     gets an error saying how much was not transcribed and close 1012; the rest is counted as
     dropped ``drain_deadline``."""
-    from susurrus.transports.server import BackgroundServer
+    from susurrus.server.app import BackgroundServer
 
     pcm = pcm16_at(decode_audio(dev_item(LONG).audio), 16000)
     srv = BackgroundServer(tiny, workers=0, drain_s=0.5).start()
@@ -280,7 +280,7 @@ def test_sigterm_drains_the_server_the_committed_item_completes_before_the_close
 
 def test_tls(tiny, tmp_path):
     """``--ssl-keyfile`` / ``--ssl-certfile``: https and wss with a self-signed certificate."""
-    from susurrus.transports.server import BackgroundServer
+    from susurrus.server.app import BackgroundServer
 
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     made = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
@@ -301,7 +301,7 @@ def test_websocket_compression_only_when_asked(tiny, dev_item):
     """The client offers permessage-deflate (the websockets library does by default); the server
     takes it only with ``ws_compression`` (``susurrus serve --ws-compression``), and a compressed
     session still transcribes."""
-    from susurrus.transports.server import BackgroundServer
+    from susurrus.server.app import BackgroundServer
 
     for compression in (False, True):
         with BackgroundServer(tiny, workers=0, ws_compression=compression) as srv, Conn(srv.url) as c:
@@ -323,8 +323,8 @@ def test_new_sessions_are_refused_while_the_model_is_behind_real_time(tiny, dev_
     caught up, sessions are accepted again and the open session's audio was all transcribed."""
     import openai
 
-    from susurrus.transports.realtime_settings import Limits
-    from susurrus.transports.server import BackgroundServer
+    from susurrus.server.app import BackgroundServer
+    from susurrus.server.realtime.settings import Limits
 
     upload = dev_item("asset_two_cities").audio  # 44 s: seconds of offline decoding each
     audio = decode_audio(dev_item(SHORT5).audio)[: int(1.5 * 16000)]
@@ -370,7 +370,7 @@ def test_audio_queued_for_a_busy_model_is_accounted_when_the_client_goes(tiny, d
     is counted (dropped ``client_gone`` or transcribed), never lost from the balance. (A waiting
     call used to be cancelled with its connection, its audio counted nowhere: ~0.1 s per abrupt
     disconnect in the soak.)"""
-    from susurrus.transports.server import BackgroundServer
+    from susurrus.server.app import BackgroundServer
 
     pcm = pcm16_at(decode_audio(dev_item(SHORT).audio), 16000)
     srv = BackgroundServer(tiny, workers=0).start()

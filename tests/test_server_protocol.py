@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from susurrus.transports.client import append_event
-from susurrus.transports.metrics import Metrics
-from susurrus.transports.realtime import RealtimeSession
-from susurrus.transports.realtime_items import TurnSignal
-from susurrus.transports.realtime_settings import Limits, SessionSettings, apply_update
-from susurrus.transports.realtime_transcriber import Transcriber
+from susurrus.client import append_event
+from susurrus.server.metrics import Metrics
+from susurrus.server.realtime.items import TurnSignal
+from susurrus.server.realtime.session import RealtimeSession
+from susurrus.server.realtime.settings import Limits, SessionSettings, apply_update
+from susurrus.server.realtime.transcriber import Transcriber
 
 
 def _session(**limits) -> RealtimeSession:

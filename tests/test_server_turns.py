@@ -16,14 +16,14 @@ import soundfile as sf
 from server_helpers import SDK_WEBSOCKET_OPTIONS, Conn, pcm16_at, update_event
 
 from susurrus.audio.io import decode_audio
+from susurrus.client import append_event
 from susurrus.evaluation import signals
 from susurrus.evaluation.metrics import corpus_error_rate
-from susurrus.transports.client import append_event
-from susurrus.transports.metrics import Metrics
-from susurrus.transports.realtime import RealtimeSession
-from susurrus.transports.realtime_items import TurnStream
-from susurrus.transports.realtime_settings import EAGERNESS_SILENCE_MS, Limits
-from susurrus.transports.realtime_transcriber import Transcriber
+from susurrus.server.metrics import Metrics
+from susurrus.server.realtime.items import TurnStream
+from susurrus.server.realtime.session import RealtimeSession
+from susurrus.server.realtime.settings import EAGERNESS_SILENCE_MS, Limits
+from susurrus.server.realtime.transcriber import Transcriber
 
 UTTERANCES = (1, 7, 12)  # short LJSpeech utterances of the long-form stream: 1.9, 1.8 and 2.6 s
 CONTEXT_S = 0.2  # audio kept either side of each (their natural pauses are 0.4 s)
@@ -208,7 +208,7 @@ def test_semantic_vad_and_the_client_command(server, speech, tmp_path, capsys):
         assert 0.0 <= turn[STOPPED]["audio_end_ms"] / 1000 - seg["end_s"] <= 0.6
     assert corpus_error_rate([(s["text"], t[COMPLETED]["transcript"]) for s, t in zip(segments, turns)]) <= 15.0
 
-    from susurrus.transports.cli import main
+    from susurrus.cli.main import main
 
     wav = tmp_path / "three.wav"
     sf.write(wav, audio, 16000, subtype="PCM_16")

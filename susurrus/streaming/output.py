@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from susurrus.streaming.session import SENTENCE_END, StreamWord
-from susurrus.transports.writers import write_result
 from susurrus.types import Segment, TranscriptionInfo, Word
+from susurrus.writers import write_result
 
 
 def words_to_segments(words: Sequence[StreamWord], max_gap: float = 1.0, max_len: float = 12.0) -> list[Segment]:

@@ -3,8 +3,8 @@ transcribe FILE`` (each a fresh process, model load included) with 1 thread and 
 core, with the machine as it is and with one more process spinning on a core (``while True:
 pass``), as a newcomer's busy machine has. Prints a Markdown table; every run is listed.
 
-    python benchmarks/cli_threads.py                       # jfk_inaugural.wav, 2 runs each
-    python benchmarks/cli_threads.py --file X.wav --runs 3
+    python benchmarks/diagnostics/cli_threads.py                       # jfk_inaugural.wav, 2 runs each
+    python benchmarks/diagnostics/cli_threads.py --file X.wav --runs 3
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-DATA = Path(os.environ.get("SUSURRUS_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA = Path(os.environ.get("SUSURRUS_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
 def timed(argv: list[str]) -> float:

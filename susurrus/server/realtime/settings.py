@@ -8,9 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from susurrus.streaming.session import StreamConfig, stream_config
-from susurrus.streaming.vad import TurnConfig
-from susurrus.transports.realtime_protocol import (
+from susurrus.server.realtime.protocol import (
     FORMAT_LOCKED,
     INVALID_VALUE,
     MISSING_PARAM,
@@ -18,6 +16,8 @@ from susurrus.transports.realtime_protocol import (
     UNSUPPORTED_RATE,
     ProtocolError,
 )
+from susurrus.streaming.session import StreamConfig, stream_config
+from susurrus.streaming.vad import TurnConfig
 
 DEFAULT_RATE = 24000  # OpenAI's PCM rate: what a client sends unless it says otherwise
 # 16 and 24 kHz are the issue's; the other common rates are an extension (a browser's native rate)

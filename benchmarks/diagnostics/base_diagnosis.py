@@ -38,7 +38,7 @@ deleted at the very end (lost endings). (Whisper's normaliser drops text in brac
 from the references: on the dev set LJ001-0024 loses its 16-word parenthesis, which every
 system then "inserts" after the reference's end: 16 of each row's invented words.)
 
-    PYTHONPATH=. python benchmarks/base_diagnosis.py [--limit N] [--json out.json]
+    PYTHONPATH=. python benchmarks/diagnostics/base_diagnosis.py [--limit N] [--json out.json]
         [--config default --config lookahead_ms=30000 --config encoder=padded ...] [--no-simul]
         [--reuse earlier.json ...] [--table-only]
 

@@ -44,8 +44,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from susurrus.transports.metrics import Metrics
-from susurrus.transports.realtime_items import (
+from susurrus.server.metrics import Metrics
+from susurrus.server.realtime.items import (
     Item,
     ItemChain,
     TurnSignal,
@@ -53,7 +53,7 @@ from susurrus.transports.realtime_items import (
     Work,
     turn_policy_for,
 )
-from susurrus.transports.realtime_protocol import (
+from susurrus.server.realtime.protocol import (
     COMMIT_EMPTY,
     TURNS_LOCKED,
     UNKNOWN_EVENT,
@@ -65,7 +65,7 @@ from susurrus.transports.realtime_protocol import (
     parse_client_event,
     server_event,
 )
-from susurrus.transports.realtime_settings import Limits, SessionSettings, apply_update, session_object
+from susurrus.server.realtime.settings import Limits, SessionSettings, apply_update, session_object
 
 
 class RealtimeSession:

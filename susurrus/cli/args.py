@@ -58,7 +58,7 @@ def ms_list(text: str) -> list[int]:
 
 def origins_arg(text: str) -> tuple[str, ...] | None:
     """An argparse ``type``: ``--allowed-origins``, comma-separated origins or ``*``."""
-    from susurrus.transports.access import parse_origins
+    from susurrus.server.access import parse_origins
 
     try:
         return parse_origins(text)

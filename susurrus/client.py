@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from susurrus.audio.io import decode_audio
-from susurrus.transports.display import LiveDisplay
+from susurrus.cli.display import LiveDisplay
 
 FLUSH_MARKER = "susurrus-client-flush"  # event ids of the two closing commits (--turns)
 END_MARKER = "susurrus-client-end"

@@ -42,10 +42,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from susurrus.decoding import offline
 from susurrus.model.languages import LANGUAGES, language_code, language_name
-from susurrus.transports import offline, rest_jobs
-from susurrus.transports.access import key_matches
-from susurrus.transports.rest_jobs import (
+from susurrus.server.access import key_matches
+from susurrus.server.rest import jobs as rest_jobs
+from susurrus.server.rest.jobs import (
     Cancel,
     Cancelled,
     RestError,
@@ -56,7 +57,7 @@ from susurrus.transports.rest_jobs import (
     stream_job,
     too_large,
 )
-from susurrus.transports.writers import render_result, transcript_text
+from susurrus.writers import render_result, transcript_text
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 STREAMABLE = ("json", "text")

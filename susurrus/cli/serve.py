@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from susurrus.transports.cli_args import float_range, int_range, origins_arg
+from susurrus.cli.args import float_range, int_range, origins_arg
 
 
 def add_limit_args(p: argparse.ArgumentParser) -> None:
@@ -52,8 +52,8 @@ def add_limit_args(p: argparse.ArgumentParser) -> None:
 
 def limits_of(args: argparse.Namespace, max_sessions: int) -> tuple[Any, Any]:
     """The realtime :class:`Limits` and REST :class:`UploadLimits` the limit options set."""
-    from susurrus.transports.realtime_settings import Limits
-    from susurrus.transports.rest import UploadLimits
+    from susurrus.server.realtime.settings import Limits
+    from susurrus.server.rest.api import UploadLimits
 
     limits = Limits(max_message_bytes=args.max_message_kb * 1024, max_buffered_s=args.max_buffered_s,
                     max_sessions=max_sessions, max_outbound_bytes=args.max_outbound_kb * 1024,
@@ -64,7 +64,7 @@ def limits_of(args: argparse.Namespace, max_sessions: int) -> tuple[Any, Any]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from susurrus.transports.listen import listen_socket
+    from susurrus.server.listen import listen_socket
 
     try:
         sock = listen_socket(args.host, args.port)  # a busy port fails now, before anything is loaded or announced
@@ -79,7 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"susurrus serve: {option} {path}: no such file", file=sys.stderr)
             return 2
     import susurrus
-    from susurrus.transports.server import serve
+    from susurrus.server.app import serve
 
     # with worker processes the server's own copy only names the model (it is checked to load here,
     # once, before the workers load it again with --threads each, 1 by default)
@@ -101,7 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_serve_ray(args: argparse.Namespace) -> int:
     try:
-        from susurrus.transports import ray_serve
+        from susurrus.server import ray_serve
     except ImportError as err:
         print(f"susurrus serve-ray: {err}", file=sys.stderr)
         return 2
@@ -129,7 +129,7 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
 
 
 def cmd_client(args: argparse.Namespace) -> int:
-    from susurrus.transports.client import main_client
+    from susurrus.client import main_client
 
     if (args.input is None) == (not args.mic):
         print("susurrus client: give an audio FILE or --mic (one of them)", file=sys.stderr)

@@ -11,7 +11,7 @@ comes from the VAD. Reports the ROC AUC of the probability (utterance ends again
 long enough to matter, >= 250 ms) and, per threshold, how many utterance ends would end sooner
 and how many inner pauses of >= 350 ms (which a 350 ms silence would then split) would too.
 
-    python benchmarks/turn_end_signal.py [--gap 1.5] [--probe-ms 192]
+    python benchmarks/diagnostics/turn_end_signal.py [--gap 1.5] [--probe-ms 192]
 """
 
 from __future__ import annotations

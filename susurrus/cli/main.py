@@ -13,9 +13,9 @@ import functools
 import sys
 from pathlib import Path
 
-from susurrus.transports.cli_args import UsageError, float_range, int_range, language_arg, ms_list
-from susurrus.transports.cli_serve import add_limit_args, cmd_client, cmd_serve, cmd_serve_ray
-from susurrus.transports.writers import WRITERS, format_timestamp, write_result
+from susurrus.cli.args import UsageError, float_range, int_range, language_arg, ms_list
+from susurrus.cli.serve import add_limit_args, cmd_client, cmd_serve, cmd_serve_ray
+from susurrus.writers import WRITERS, format_timestamp, write_result
 
 THREADS_HELP = ("torch threads (default: %(default)s: one thread was 2-5x faster than all cores on a "
                 "2-core machine shared with other work, with or without one more busy core "
@@ -53,8 +53,8 @@ def _add_model_args(p: argparse.ArgumentParser, threads_help: str = THREADS_HELP
 
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
-    from susurrus.transports.cli_args import check_input_file, check_model_options, check_output_dir, save_or_print
-    from susurrus.transports.offline import transcribe_options
+    from susurrus.cli.args import check_input_file, check_model_options, check_output_dir, save_or_print
+    from susurrus.decoding.offline import transcribe_options
 
     out_dir = check_output_dir(args.output_dir)  # before the work, not after it
     for path in args.files:
@@ -108,7 +108,7 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
 
 
 def _cmd_stream(args: argparse.Namespace) -> int:
-    from susurrus.transports.cli_stream import cmd_stream
+    from susurrus.cli.stream import cmd_stream
 
     return cmd_stream(args)
 

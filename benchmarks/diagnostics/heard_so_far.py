@@ -8,7 +8,7 @@ committed. A word found there is one that Whisper itself says until it hears wha
 stream that commits ~1 s after a word cannot avoid it without waiting for the rest of the
 sentence (committed text is final). A word not found there is the stream's own.
 
-    python benchmarks/heard_so_far.py ../shared/data/hard ../shared/data/dev \
+    python benchmarks/diagnostics/heard_so_far.py ../shared/data/hard ../shared/data/dev \
         [--latency medium] [--offline-cache /tmp/off_tiny_all.json] [--json out.json]
 """
 

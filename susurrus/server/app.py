@@ -16,7 +16,7 @@ session never blocks another's socket. The streams themselves live in ``workers`
 one core), each stream pinned to the least-loaded worker; ``workers=0`` runs them in the
 server's threads on the one model.
 
-Each connection is a :class:`~susurrus.transports.realtime_connection.Connection` (flow control,
+Each connection is a :class:`~susurrus.server.realtime.connection.Connection` (flow control,
 the bounded outgoing queue, idle and max-duration timers, how a session ends). The WebSocket
 ``Origin`` and the API key are checked first (``access.py``). On shutdown :func:`drain` refuses
 new work and lets open work finish within ``drain_s`` (``uvicorn_ext.DrainingServer``).
@@ -46,13 +46,11 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
-from susurrus.transports import rest
-from susurrus.transports.access import key_matches, origin_allowed, parse_origins
-from susurrus.transports.listen import listen_socket
-from susurrus.transports.metrics import Metrics
-from susurrus.transports.realtime import RealtimeSession
-from susurrus.transports.realtime_connection import CLOSE_GRACE_S, Connection
-from susurrus.transports.realtime_protocol import (
+from susurrus.server.access import key_matches, origin_allowed, parse_origins
+from susurrus.server.listen import listen_socket
+from susurrus.server.metrics import Metrics
+from susurrus.server.realtime.connection import CLOSE_GRACE_S, Connection
+from susurrus.server.realtime.protocol import (
     CLOSE_POLICY,
     CLOSE_RESTART,
     CLOSE_TRY_AGAIN,
@@ -64,9 +62,11 @@ from susurrus.transports.realtime_protocol import (
     ProtocolError,
     error_event,
 )
-from susurrus.transports.realtime_settings import Limits
-from susurrus.transports.realtime_transcriber import Transcriber
-from susurrus.transports.workers import WorkerPool, model_spec
+from susurrus.server.realtime.session import RealtimeSession
+from susurrus.server.realtime.settings import Limits
+from susurrus.server.realtime.transcriber import Transcriber
+from susurrus.server.rest import api as rest
+from susurrus.server.workers.pool import WorkerPool, model_spec
 
 WEB_DIR = Path(__file__).with_name("web")
 KEY_PROTOCOL = "openai-insecure-api-key."
@@ -343,7 +343,7 @@ def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_lev
                    ws_compression: bool = False) -> Any:
     import uvicorn
 
-    from susurrus.transports.uvicorn_ext import WebSocketProtocol
+    from susurrus.server.uvicorn_ext import WebSocketProtocol
 
     # messages up to 4x the limit get a clear error event and the session goes on; beyond that
     # the WebSocket layer closes the connection (1009) before the message is read.
@@ -365,7 +365,7 @@ def uvicorn_config(app: Starlette, host: str, port: int, limits: Limits, log_lev
 
 def make_server(app: Starlette, config: Any) -> Any:
     """A uvicorn server that drains ``app`` (:func:`drain`) before it shuts down."""
-    from susurrus.transports.uvicorn_ext import DrainingServer
+    from susurrus.server.uvicorn_ext import DrainingServer
 
     state: ServerState = app.state.susurrus
     return DrainingServer(config, lambda forced: drain(state, state.drain_s, forced))

@@ -1,7 +1,7 @@
 """Scale-out on Ray Serve (``susurrus serve-ray``; the optional extra ``susurrus[ray]``).
 
 One Serve deployment, :class:`SusurrusReplica`: each replica loads the model once and runs the
-same app as ``susurrus serve`` (:func:`~susurrus.transports.server.create_app`, its streams in
+same app as ``susurrus serve`` (:func:`~susurrus.server.app.create_app`, its streams in
 the replica's threads: one replica is one process, about one core) behind Serve's ingress, so
 Serve's HTTP proxy carries the Realtime WebSocket (``/v1/realtime``), the REST API, ``/healthz``
 and ``/metrics`` to the replicas. What Serve adds, and how it is set:
@@ -25,7 +25,7 @@ and ``/metrics`` to the replicas. What Serve adds, and how it is set:
   (``__del__`` runs only once no request is left, too late for hour-long WebSockets), so the
   replica watches its own state in the Serve controller (the public ``ReplicaDetails.state``,
   ``STOPPING``) while it has sessions open: its sessions go on normally for ``scale_down_grace_s``
-  and then the app's drain (:func:`~susurrus.transports.server.drain`) ends them as a server
+  and then the app's drain (:func:`~susurrus.server.app.drain`) ends them as a server
   shutdown does: the open item committed and transcribed, ``completed``, close **1012**
   (``server_shutting_down``) within ``drain_s``, so clients reconnect and land on another
   replica. ``graceful_shutdown_timeout_s`` is set above ``scale_down_grace_s + drain_s`` so Serve
@@ -58,8 +58,8 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 import numpy as np
 
-from susurrus.transports.realtime_settings import Limits
-from susurrus.transports.rest_jobs import UploadLimits
+from susurrus.server.realtime.settings import Limits
+from susurrus.server.rest.jobs import UploadLimits
 
 log = logging.getLogger("ray.serve")
 
@@ -153,7 +153,7 @@ class SusurrusReplica:
         import torch
 
         import susurrus
-        from susurrus.transports.server import create_app
+        from susurrus.server.app import create_app
 
         opts = ReplicaOptions(**{**options, "limits": Limits(**options["limits"]),
                                  "uploads": UploadLimits(**options["uploads"])})
@@ -241,7 +241,7 @@ class SusurrusReplica:
         """This replica is being removed: let its sessions run on for ``scale_down_grace_s``
         (Serve sends it no new ones), then drain the app (close 1012 once each open item is
         transcribed, at most ``drain_s``)."""
-        from susurrus.transports.server import drain
+        from susurrus.server.app import drain
 
         m, opts = self.state.metrics, self.options
         loop = asyncio.get_running_loop()
@@ -254,7 +254,7 @@ class SusurrusReplica:
 
     async def drain_now(self) -> None:
         """Drain at once (the replica's ``__del__``; tests)."""
-        from susurrus.transports.server import drain
+        from susurrus.server.app import drain
 
         if not self.state.shutdown.draining:
             await drain(self.state, self.options.drain_s)

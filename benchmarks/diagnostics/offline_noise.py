@@ -9,7 +9,7 @@ without timestamp tokens (``--without-timestamps``: how the stream decodes). Per
 WER of each, and how many items each gets more than 15 points worse / better than the
 reference: what near-ties on short, hard items look like without any streaming.
 
-    python benchmarks/offline_noise.py ../shared/data/hard ../shared/data/dev \
+    python benchmarks/diagnostics/offline_noise.py ../shared/data/hard ../shared/data/dev \
         [--offline-cache /tmp/off_tiny_all.json] [--shift-ms 200]
 """
 

@@ -15,9 +15,9 @@ import soundfile as sf
 from starlette.responses import JSONResponse
 
 from susurrus.audio.io import decode_audio
+from susurrus.decoding import offline
+from susurrus.server.workers.pool import compute_clock
 from susurrus.streaming.session import Committed
-from susurrus.transports import offline
-from susurrus.transports.workers import compute_clock
 
 SAMPLE_RATE = 16000
 MIN_AUDIO_S = 0.1  # OpenAI's minimum

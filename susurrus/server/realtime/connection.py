@@ -1,5 +1,5 @@
 """One Realtime WebSocket connection on the server: the loop that moves messages between the
-socket, the :class:`~susurrus.transports.realtime.RealtimeSession` and the thread pool, and how
+socket, the :class:`~susurrus.server.realtime.session.RealtimeSession` and the thread pool, and how
 the connection ends.
 
 Three tasks per connection: the reader (this loop: client messages into the session, whose
@@ -29,9 +29,8 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from susurrus.transports.realtime import RealtimeSession
-from susurrus.transports.realtime_items import Work
-from susurrus.transports.realtime_protocol import (
+from susurrus.server.realtime.items import Work
+from susurrus.server.realtime.protocol import (
     CLIENT_TOO_SLOW,
     CLOSE_NORMAL,
     CLOSE_POLICY,
@@ -43,7 +42,8 @@ from susurrus.transports.realtime_protocol import (
     error_event,
     server_event,
 )
-from susurrus.transports.realtime_transcriber import Transcriber
+from susurrus.server.realtime.session import RealtimeSession
+from susurrus.server.realtime.transcriber import Transcriber
 
 CLOSE_GRACE_S = 5.0  # a client that does not answer a close (or read the last events) this long is cut off
 FORCE_CLOSE = "susurrus.force_close"  # the ASGI extension of ``uvicorn_ext.WebSocketProtocol``

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from susurrus.transports.worker_process import NO_REPLY, READY, ModelSpec, worker_main
+from susurrus.server.workers.process import NO_REPLY, READY, ModelSpec, worker_main
 
 log = logging.getLogger("susurrus.workers")
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from susurrus.transports.cli_args import UsageError, check_input_file, check_model_options, check_output_dir
+from susurrus.cli.args import UsageError, check_input_file, check_model_options, check_output_dir
 
 
 class _StopReading(Exception):
@@ -65,9 +65,9 @@ class InterruptibleReader:
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
+    from susurrus.cli.pcm_input import declared_format
     from susurrus.streaming.session import stream_config
     from susurrus.streaming.vad import TurnConfig
-    from susurrus.transports.pcm_input import declared_format
 
     # everything that can be checked is checked before the model loads and the audio is read
     turns = TurnConfig(silence_duration_ms=args.silence_ms) if args.turns or args.semantic_turns else None
@@ -101,7 +101,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     block = config.chunk_ms * 16
     with Interrupt() as interrupt:
         if audio is None:
-            from susurrus.transports.pcm_input import read_pcm
+            from susurrus.cli.pcm_input import read_pcm
 
             blocks: Iterator[Any] = read_pcm(InterruptibleReader(sys.stdin.buffer, interrupt), fmt, block,
                                              explicit=explicit)
@@ -130,8 +130,8 @@ def _decode(path: str) -> Any:
 def _run(args: argparse.Namespace, stream: Any, blocks: Iterator[Any], interrupt: Interrupt) -> int:
     import numpy as np
 
+    from susurrus.cli.display import LiveDisplay
     from susurrus.streaming.session import Committed, Interim, LanguageDetected, TurnEnded
-    from susurrus.transports.display import LiveDisplay
 
     display = LiveDisplay(sys.stdout, not args.quiet, args.turns or args.semantic_turns)
     started = time.perf_counter()
@@ -168,8 +168,8 @@ def _run(args: argparse.Namespace, stream: Any, blocks: Iterator[Any], interrupt
 
 
 def _write(fmt: str, stream: Any, target: Path) -> None:
+    from susurrus.cli.args import save_or_print
     from susurrus.streaming.output import write_stream_result
-    from susurrus.transports.cli_args import save_or_print
 
     save_or_print(lambda path: write_stream_result(fmt, stream.words, stream.audio_time, path), target,
                   lambda: stream.text.strip() + "\n")

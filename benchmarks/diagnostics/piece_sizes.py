@@ -17,7 +17,7 @@ Streams (``--streams``, comma-separated):
 - ``fra``: ``multi/readalongs_ej-fra`` (34 s of French with pauses; meant for a
   multilingual model without ``--language``: the language is detected per window).
 
-    python benchmarks/piece_sizes.py [--model tiny.en] [--language en] [--lookahead-ms 1000]
+    python benchmarks/diagnostics/piece_sizes.py [--model tiny.en] [--language en] [--lookahead-ms 1000]
         [--streams concat,ljspeech,osr,osr-turns] [--patterns 0.1,1.0,random]
 """
 

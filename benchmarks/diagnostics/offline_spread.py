@@ -6,7 +6,7 @@ This runs that greedy decoding and the model's default, beam 5 (``susurrus trans
 every English item of the given sets and counts the same thing between the two: the spread of
 per-item WER that a change of decoding alone brings, beside which the stream's count is read.
 
-    python benchmarks/offline_spread.py [--sets hard,dev] [--model tiny.en]
+    python benchmarks/diagnostics/offline_spread.py [--sets hard,dev] [--model tiny.en]
 """
 
 from __future__ import annotations

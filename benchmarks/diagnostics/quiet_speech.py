@@ -7,8 +7,8 @@ the same model: offline (greedy with the temperature fallback, as ``susurrus tra
 each against the references, the stream's audio the voice activity gate never let the engine
 encode (``StreamSession.skipped``), and the streams that came out empty.
 
-    python benchmarks/quiet_speech.py [--peaks=-40,-50,-55,-60,-65] [--model tiny.en]
-    python benchmarks/quiet_speech.py --data ../shared/data/hard --peaks=-20,-30,-45   # speech in noise
+    python benchmarks/diagnostics/quiet_speech.py [--peaks=-40,-50,-55,-60,-65] [--model tiny.en]
+    python benchmarks/diagnostics/quiet_speech.py --data ../shared/data/hard --peaks=-20,-30,-45   # speech in noise
 """
 
 from __future__ import annotations

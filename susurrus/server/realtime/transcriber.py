@@ -14,11 +14,9 @@ from typing import Any
 import numpy as np
 
 from susurrus.audio.resampler import StreamResampler
-from susurrus.streaming.session import Committed, Interim, StreamConfig, StreamWord, TurnEnded
-from susurrus.streaming.vad import SpeechStarted, SpeechStopped
-from susurrus.transports.metrics import Metrics
-from susurrus.transports.realtime_items import SAMPLE_RATE, Item, Turn, TurnSignal, TurnStream, Work, WorkResult
-from susurrus.transports.realtime_protocol import (
+from susurrus.server.metrics import Metrics
+from susurrus.server.realtime.items import SAMPLE_RATE, Item, Turn, TurnSignal, TurnStream, Work, WorkResult
+from susurrus.server.realtime.protocol import (
     COMMIT_EMPTY,
     TRANSCRIPTION_FAILED,
     ProtocolError,
@@ -26,7 +24,9 @@ from susurrus.transports.realtime_protocol import (
     new_id,
     server_event,
 )
-from susurrus.transports.workers import compute_clock
+from susurrus.server.workers.pool import compute_clock
+from susurrus.streaming.session import Committed, Interim, StreamConfig, StreamWord, TurnEnded
+from susurrus.streaming.vad import SpeechStarted, SpeechStopped
 
 _steps = threading.local()
 
@@ -34,7 +34,7 @@ _steps = threading.local()
 def step_clock() -> int:
     """Engine steps this thread's streams have run (:attr:`StreamSession.steps`, also for streams
     in worker processes): the difference of two readings is the steps a piece of work ran, beside
-    :func:`~susurrus.transports.workers.compute_clock`'s compute, for ``/metrics``."""
+    :func:`~susurrus.server.workers.pool.compute_clock`'s compute, for ``/metrics``."""
     return getattr(_steps, "count", 0)
 
 
@@ -52,7 +52,7 @@ class Transcriber:
     (the server runs each session's work in order), any number of sessions at once.
 
     ``model`` is anything with ``stream(**settings)``: a :class:`~susurrus.api.WhisperModel`, or a
-    :class:`~susurrus.transports.workers.WorkerPool` whose streams live in worker processes (they
+    :class:`~susurrus.server.workers.pool.WorkerPool` whose streams live in worker processes (they
     are closed explicitly: at an item's end, on failure, and by :meth:`close`)."""
 
     def __init__(self, model: Any, metrics: Metrics, extensions: bool = True):

@@ -1,0 +1,1 @@
+"""The command line: ``susurrus transcribe``, ``stream``, ``bench``, ``serve``, ``serve-ray``, ``client``."""

@@ -1,0 +1,1 @@
+"""OpenAI's Realtime transcription protocol: messages, session settings, items, the model side."""

@@ -1,0 +1,1 @@
+"""OpenAI's audio REST API: ``/v1/audio/transcriptions`` and ``/v1/audio/translations``."""

@@ -1,1 +1,0 @@
-"""Ways results leave susurrus: file writers and streaming transports."""

@@ -1,0 +1,91 @@
+"""The package's layout as docs/architecture.md describes it: no import circles between modules
+(a module never imports, at any depth of the import graph, a module that imports it back), no
+source file over 500 lines, and every folder of the tree named in architecture.md."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "susurrus"
+MAX_LINES = 500
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The project's modules that ``path`` imports, at module level or inside functions; a package
+    import (``from susurrus.cli import main``) counts as importing the named submodule where one exists."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    own = _module_name(path)
+    return {m for m in found if m in modules and m != own and not own.startswith(m + ".")}
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    modules = set(files)
+    # a package's __init__ runs when a submodule is imported; only count what the files name
+    return {name: _imports(path, modules) for name, path in files.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_imports_a_module_that_imports_it_back():
+    assert _cycles(import_graph()) == []
+
+
+def test_no_source_file_over_500_lines():
+    long = {str(p.relative_to(ROOT)): n for p in [*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_architecture_names_every_folder_of_the_package():
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    folders = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*") if p.is_dir()
+                     and p.name != "__pycache__")
+    missing = [f for f in folders if f"{f}/" not in text]
+    assert missing == []
