@@ -4,7 +4,8 @@ stream with offline per item.
 On short items one word is many WER points, and offline Whisper's own text moves with harmless
 changes of its input: one mel frame (10 ms) of digital silence before the audio puts as many
 items more than 15 points below offline as a whole decoding change does (beam search:
-docs/benchmarks_unseen.md, "how far offline moves from itself"). ``susurrus bench
+docs/benchmarks.md, "Hard speech, per condition, and long-form"; docs/journal/2026-12.md,
+"how far offline moves from itself"). ``susurrus bench
 --offline-spread`` transcribes every item that way too and reports, beside the stream's count of
 items more than 15 points worse (and better) than offline, the count the one-frame shift alone
 gives: a stream's item-level spread can then be read against the reference's own.

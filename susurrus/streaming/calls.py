@@ -144,7 +144,7 @@ class Packing:
         a whole, so packed, a row's results would depend on the others') or bfloat16 ones of
         which none packs exactly on this CPU; else packed, the layers of :func:`split_layers`
         row by row. Running rows one by one reads the weights once per row (~10 % of the cost
-        at 32 streams, docs/benchmarks.md); either way each stream's text stays its own."""
+        at 32 streams, docs/journal/2026-12.md); either way each stream's text stays its own."""
         def own_rows(part: torch.nn.Module, split: frozenset[tuple[int, int]]) -> bool:
             if any("quantized" in type(m).__module__ for m in part.blocks.modules()):
                 return True

@@ -79,7 +79,8 @@ class StreamConfig:
     vad_threshold: float = 0.5  # a 32 ms frame is speech when its probability reaches this (turns)
     # ... and may be speech at this: the gate wakes and stays awake on such frames, and the guard
     # counts them as speech. Silero gives whispered or creaky speech 0.15-0.5 where noise and
-    # music stay under 0.05 (docs/benchmarks.md): the gate saves compute, it must not delete words
+    # music stay under 0.05 (docs/journal/2026-12.md, "What changed, and why"): the gate saves
+    # compute, it must not delete words
     wake_threshold: float = 0.15
     idle_after_ms: int = 1000  # no speech for this long: flush the window and stop computing
     resume_pad_ms: int = 500  # audio kept before speech that resumes after idling

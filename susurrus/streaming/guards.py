@@ -73,7 +73,7 @@ def repeats_third_time(seq: list[int], longest: int | None = None) -> bool:
 
 # Words read without the attention moving. Whisper's alignment heads follow speech at a few words
 # a second; in every decode of tiny.en over the hard and dev sets, and of base over dev and multi
-# (2026-12-04, docs/benchmarks_unseen.md), at most 5 words (characters, in Chinese) started within
+# (2026-12-04, docs/journal/2026-12.md), at most 5 words (characters, in Chinese) started within
 # 5 frames (0.1 s), except in three recitations of base's: 14-21 words on one frame, a sentence or
 # a phrase said over and over ("Ich bin ein bisschen mehr." in German, "C'est un peu plus important
 # que l'on a fait." in French, a Japanese phrase). A decoder whose attention rests on one spot for

@@ -17,7 +17,7 @@ opening, and then reads the stream's whole opening as the stream does (:func:`re
 :func:`in_front`), those words are committed first. Nothing else changes: the stream decodes on
 over its own frames, and an opening the second reading does not extend (nearly always, found
 in one decoder pass) is committed as it was. Cost: an encoder pass over the window's frames so
-far and a decoder pass or a few, per window whose opening moved (docs/benchmarks_unseen.md).
+far and a decoder pass or a few, per window whose opening moved (docs/journal/2026-12.md).
 """
 
 from __future__ import annotations

@@ -461,7 +461,7 @@ def text_turn_silence_ms(text: str, base_silence_ms: int = 500, end_probability:
     - otherwise (no text, a comma, a word without punctuation, a sentence end the recogniser
       was unsure of): ``base``.
 
-    The thresholds are measured (``benchmarks/turns_stream.py``, docs/benchmarks_endpointing.md):
+    The thresholds are measured (``benchmarks/turns_stream.py``, docs/journal/2026-11.md, "Speech turns, end to end"):
     read speech pauses 250-600 ms inside sentences at places where the words so far could end
     one, and Whisper, hearing silence, writes a period there too, with a lower probability.
     A comma ends many a turn in conversation (and many a clip), so it does not delay.

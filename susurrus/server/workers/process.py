@@ -76,7 +76,7 @@ def heap_trimmer() -> Callable[[], Any] | None:
     follows what the streams hold (an 8-stream worker over 3.2 h of audio: within ±2.5 %, against
     +7.5 % trimmed only when a stream closes; a fixed mmap threshold of 1 MiB instead: +3.6-7 %,
     and of 64 KiB: flat but 30 % more CPU in page faults; the 24-hour soak since: +3.5 % at most;
-    docs/benchmarks.md, "Why the workers grew")."""
+    docs/journal/2026-12.md, "Why the workers grew")."""
     try:
         return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
