@@ -44,13 +44,18 @@ def item_texts(model, audio: np.ndarray, chunk_ms: int | None = None) -> dict:
             "offline_words": words_of(w for s in segments for w in s.words or [])}
 
 
-def dev_texts(model, items: list[dict], progress: bool = True) -> dict[str, dict]:
+def dev_texts(model, items: list[dict], progress: bool = True, lines: Path | None = None) -> dict[str, dict]:
+    """Every item's texts; with ``lines``, each also appended to that file as it is done (JSON
+    lines: a run cut short keeps what it did)."""
     from susurrus.audio.io import decode_audio
 
     out = {}
     for n, item in enumerate(items, 1):
         t0 = time.perf_counter()
         out[item["id"]] = {**item_texts(model, decode_audio(item["audio"])), "reference": item["text"]}
+        if lines is not None:
+            with open(lines, "a") as f:
+                f.write(json.dumps({"id": item["id"], **out[item["id"]]}) + "\n")
         if progress:
             print(f"[{n}/{len(items)}] {item['id']} {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     return out
@@ -67,11 +72,16 @@ def main() -> None:
     ap.add_argument("--device", default=None, help="passed to load_model when given")
     ap.add_argument("--compute-type", default="auto")
     ap.add_argument("--limit", type=int, default=0, help="the first N items only")
+    ap.add_argument("--shortest-first", action="store_true", help="in order of duration")
+    ap.add_argument("--lines", default=None, help="also append each item's texts to this JSON-lines file")
     a = ap.parse_args()
     kw = {"compute_type": a.compute_type} | ({"device": a.device} if a.device else {})
     model = load_model(a.model, **kw)
-    items = dev_items(a.manifest)[:a.limit or None]
-    Path(a.out).write_text(json.dumps(dev_texts(model, items), indent=1))
+    items = dev_items(a.manifest)
+    if a.shortest_first:
+        items.sort(key=lambda i: i["duration_s"])
+    items = items[:a.limit or None]
+    Path(a.out).write_text(json.dumps(dev_texts(model, items, lines=Path(a.lines) if a.lines else None), indent=1))
 
 
 if __name__ == "__main__":
