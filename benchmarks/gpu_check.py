@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -155,10 +156,12 @@ def random_model(shape: str, device: str, compute_type: str, data: Path):
 
 # ------------------------------------------------------------------------------- checks
 
-def run_cuda_tests() -> dict:
+def run_cuda_tests(data: Path, model_dir: Path) -> dict:
+    """``pytest -m cuda tests/test_device.py`` on the prepared audio and weights."""
     t0 = time.perf_counter()
+    env = {**os.environ, "SUSURRUS_DATA": str(data.resolve()), "SUSURRUS_TEST_TINY": str(model_dir)}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider",
-                           "tests/test_device.py"], cwd=REPO, capture_output=True, text=True, timeout=300)
+                           "tests/test_device.py"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
     return {"returncode": proc.returncode, "summary": last, "seconds": round(time.perf_counter() - t0, 1)}
 
@@ -314,9 +317,9 @@ def main() -> int:
     if gpu:
         report["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                           capture_output=True, text=True).stdout.strip()
-    if "tests" not in skip:
-        report["cuda tests"] = run_cuda_tests()
     model_dir = tiny_dir(data)
+    if "tests" not in skip:
+        report["cuda tests"] = run_cuda_tests(data, model_dir)
     items = dev_items(data / "dev")[: 3 if a.quick else None]
     audio = [decode_audio(i["audio"]) for i in items]
     if "dev" not in skip:

@@ -5,6 +5,8 @@ GPU: benchmarks/gpu_check.py runs them on one)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -19,6 +21,8 @@ cuda = pytest.mark.cuda
 needs_cuda = pytest.mark.skipif(not CUDA, reason=f"no CUDA GPU: torch {torch.__version__} sees none "
                                                  "(benchmarks/gpu_check.py runs these on a GPU)")
 JFK_WORDS = "ask not what your country can do for you"
+# the weights the cuda tests load (benchmarks/gpu_check.py points this at its prepared copy)
+TINY = os.environ.get("SUSURRUS_TEST_TINY", "tiny.en")
 
 
 @pytest.fixture(scope="module")
@@ -89,14 +93,29 @@ def test_default_workers_on_a_gpu():
     assert default_workers("cpu") >= 1
 
 
+def test_ray_gpus_per_replica():
+    from susurrus.transports.cli import build_parser
+
+    args = build_parser().parse_args(["serve-ray", "--gpus-per-replica", "1", "--device", "cuda"])
+    assert (args.gpus_per_replica, args.device) == (1.0, "cuda")
+    pytest.importorskip("ray.serve", reason="ray[serve] is not installed")
+    from susurrus.transports.ray_serve import ReplicaOptions, ScaleOptions, deployment_options
+
+    options = deployment_options(ReplicaOptions(device="cuda"), ScaleOptions(num_gpus=1.0))
+    assert options["ray_actor_options"]["num_gpus"] == 1.0
+    assert "num_gpus" not in deployment_options(ReplicaOptions(), ScaleOptions())["ray_actor_options"]
+
+
 @pytest.mark.parametrize("compute_type", ["bfloat16", "float16"])
 def test_half_dtypes_on_cpu(compute_type, jfk):
     """The GPU's dtypes run their code paths on the CPU (slowly): the whole model in the dtype,
     sane text offline, streaming alone and two streams stepped together."""
     model = load_model("tiny.en", device="cpu", compute_type=compute_type)
     assert model.net.dtype == getattr(torch, compute_type) and model.device == "cpu"
-    for text in [offline(model, jfk), *streamed(model, jfk[:16000 * 6], 1), *streamed(model, jfk, 2)]:
-        assert "country" in normalize(text), text
+    for text in [offline(model, jfk), *streamed(model, jfk, 1)]:
+        assert "what your country can do" in normalize(text), text
+    for text in streamed(model, jfk[:16000 * 5], 2):  # stepped together (the first 5 s: cost)
+        assert "my fellow americans" in normalize(text), text
 
 
 def test_model_bytes_are_the_tensors(tiny_float32):
@@ -134,8 +153,9 @@ def test_stream_bytes_bound_a_real_stream(tiny_float32, jfk):
 
 @cuda
 @needs_cuda
-def test_cuda_float32_matches_cpu(tiny_float32, jfk):
-    gpu = load_model("tiny.en", device="cuda", compute_type="float32")
+def test_cuda_float32_matches_cpu(jfk):
+    tiny_float32 = load_model(TINY, device="cpu", compute_type="float32")
+    gpu = load_model(TINY, device="cuda", compute_type="float32")
     assert gpu.device.startswith("cuda") and gpu.net.dtype == torch.float32
     assert normalize(offline(gpu, jfk)) == normalize(offline(tiny_float32, jfk))
     assert normalize(streamed(gpu, jfk)[0]) == normalize(streamed(tiny_float32, jfk)[0])
@@ -145,7 +165,7 @@ def test_cuda_float32_matches_cpu(tiny_float32, jfk):
 @needs_cuda
 @pytest.mark.parametrize("compute_type", ["auto", "bfloat16", "float16"])
 def test_cuda_half(compute_type, jfk):
-    gpu = load_model("tiny.en", device="cuda", compute_type=compute_type)
+    gpu = load_model(TINY, device="cuda", compute_type=compute_type)
     assert gpu.compute_type in ("bfloat16", "float16")
     for text in [offline(gpu, jfk), *streamed(gpu, jfk, 1), *streamed(gpu, jfk, 3)]:
         assert JFK_WORDS in normalize(text), text
@@ -154,7 +174,7 @@ def test_cuda_half(compute_type, jfk):
 @cuda
 @needs_cuda
 def test_cuda_caches_live_on_the_card(jfk):
-    gpu = load_model("tiny.en", device="cuda")
+    gpu = load_model(TINY, device="cuda")
     s = gpu.stream()
     s.feed(jfk[:16000 * 4])
     assert all(kv.k.is_cuda for kv in s.state.cross.own)
