@@ -213,6 +213,7 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
     cmd = [sys.executable, "-m", "susurrus", "serve", "--port", str(port), "--model", args.model,
            "--threads", str(args.threads), "--max-buffered-s", "600", "--max-sessions", str(len(results)),
            "--log-level", "warning", "--workers", str(args.workers), "--compute-type", args.compute_type]
+    cmd += ["--device", args.device] if getattr(args, "device", "auto") != "auto" else []
     cmd += ["--ws-compression"] if args.ws_compression else []
     if not batched:
         cmd.append("--no-batching")
@@ -283,6 +284,7 @@ def main() -> int:
     ap.add_argument("--clients", default="8", help="concurrent clients; several counts comma-separated: a sweep")
     ap.add_argument("--model", default="tiny.en")
     ap.add_argument("--compute-type", default="auto", help="the server's --compute-type (default: %(default)s)")
+    ap.add_argument("--device", default="auto", help="the server's --device (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads per worker process (or in the server with --workers 0) "
                          "(default: %(default)s)")
@@ -319,7 +321,7 @@ def main() -> int:
     import susurrus
 
     torch.set_num_threads(args.threads)
-    model = susurrus.load_model(args.model, compute_type=args.compute_type)
+    model = susurrus.load_model(args.model, compute_type=args.compute_type, device=args.device)
     windows = [float(w) for w in str(args.windows).split(",")]
     grids = [float(g) for g in str(args.grids).split(",")]
     engines = ([(False, 0.0, 0.0)] if args.compare or args.no_batching else []) + (

@@ -33,19 +33,56 @@ COMPUTE_TYPES: dict[str, tuple[str, tuple[str, ...]]] = {  # name -> (kind, the 
     "int8_encoder": ("int8", ("encoder",)),
     "int8_decoder": ("int8", ("decoder",)),
     "bf16_encoder": ("bf16", ("encoder",)),
+    # the whole model (weights, caches, activations) in a half dtype: the GPU's types (on a CPU
+    # they run, slowly: for tests); layer norms, softmaxes, logits and the mel stay float32
+    "float16": ("half", ()),
+    "bfloat16": ("half", ()),
 }
-AUTO = "auto"  # bf16_encoder where the CPU multiplies bfloat16 in hardware, float32 elsewhere
+HALF = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+CPU_ONLY = ("int8", "int8_encoder", "int8_decoder", "bf16_encoder")  # fbgemm int8, the CPU's bf16 instructions
+AUTO = "auto"  # on a CPU: bf16_encoder where it multiplies bfloat16 in hardware, float32 elsewhere; on a GPU: bfloat16
+DEVICES = "auto, cpu, cuda or cuda:N"
 
 
-def resolve_compute_type(compute_type: str) -> str:
-    """The compute type ``compute_type`` stands for on this CPU: ``"auto"`` is ``"bf16_encoder"``
-    where the CPU has bfloat16 instructions (AVX512-BF16, AMX: the encoder's products run
-    ~2.5x the float32 rate, and the dev set streams the same text) and ``"float32"`` elsewhere
-    (emulated bf16 is slower than float32); any other name is itself, checked."""
+def resolve_device(device: str | torch.device | None = AUTO) -> torch.device:
+    """The device ``device`` names: ``"auto"`` (or None) is the first CUDA GPU when torch sees
+    one, else the CPU; ``"cpu"``, ``"cuda"``, ``"cuda:N"`` themselves, checked (a CUDA device
+    that is not there is a clear error, not a fall-back)."""
+    if device is None or device == AUTO:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device must be {DEVICES}, not {device!r}") from err
+    if dev.type == "cpu":
+        return torch.device("cpu")
+    if dev.type != "cuda":
+        raise ValueError(f"device must be {DEVICES}, not {device!r}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: torch sees no CUDA GPU here (torch {torch.__version__}, "
+                         f"CUDA build: {torch.version.cuda or 'no'}); use device='cpu' or 'auto'")
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: torch sees {torch.cuda.device_count()} CUDA GPU(s)")
+    return dev
+
+
+def resolve_compute_type(compute_type: str, device: str | torch.device = "cpu") -> str:
+    """The compute type ``compute_type`` stands for on ``device``. On a CPU ``"auto"`` is
+    ``"bf16_encoder"`` where the CPU has bfloat16 instructions (AVX512-BF16, AMX: the encoder's
+    products run ~2.5x the float32 rate, and the dev set streams the same text) and
+    ``"float32"`` elsewhere (emulated bf16 is slower than float32); on a GPU it is
+    ``"bfloat16"`` (``"float16"`` on a GPU without bfloat16). Any other name is itself, checked:
+    the int8 and ``bf16_encoder`` types are the CPU's and are refused on a GPU."""
+    cuda = torch.device(device).type == "cuda"
     if compute_type == AUTO:
+        if cuda:
+            return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
         return "bf16_encoder" if native_bf16() else "float32"
     if compute_type not in COMPUTE_TYPES:
         raise ValueError(f"compute_type must be one of {[AUTO, *COMPUTE_TYPES]}, not {compute_type!r}")
+    if cuda and compute_type in CPU_ONLY:
+        raise ValueError(f"compute_type {compute_type!r} runs on a CPU only (int8: fbgemm's kernels; bf16_encoder: "
+                         "the CPU's bfloat16 instructions); on a GPU use bfloat16, float16 or float32")
     return compute_type
 
 
@@ -62,6 +99,7 @@ class WhisperModel:
         self.source: str = name  # the name or path it was loaded from (worker processes reload it)
         self.int8_output = False
         self.compute_type = "float32"
+        self.device = str(loaded.net.device)  # "cpu", "cuda:0", ...
 
     @property
     def is_multilingual(self) -> bool:
@@ -124,7 +162,7 @@ class WhisperModel:
 
 
 def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None = None,
-               int8_output: bool = False, compute_type: str = AUTO) -> WhisperModel:
+               int8_output: bool = False, compute_type: str = AUTO, device: str = AUTO) -> WhisperModel:
     """Load Whisper weights by embedded name (``tiny.en``, ``base``) or from a path: a
     CTranslate2 directory or model.bin, a Hugging Face checkpoint directory (or a repo id
     found in the local HF cache), or an OpenAI ``.pt`` file. Never downloads.
@@ -145,8 +183,19 @@ def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None 
     less CPU. ``"bf16_encoder"``: the encoder's linear layers in bfloat16 (:class:`~susurrus.model.
     whisper.Bf16Linear`) and its attention too (keys/values kept in bfloat16), on CPUs with
     bfloat16 instructions (AVX512-BF16, AMX; elsewhere a warning: emulated, slower); it held
-    tiny.en and base within 0.2 points offline and streaming (docs/benchmarks.md)."""
-    compute_type = resolve_compute_type(compute_type)
+    tiny.en and base within 0.2 points offline and streaming (docs/benchmarks.md).
+    ``"float16"`` / ``"bfloat16"``: the whole model in that dtype (weights, caches, products),
+    the GPU's types (``"auto"`` on a GPU is ``"bfloat16"``); layer norms, softmaxes, logits and
+    the mel features stay float32. Their accuracy on a GPU is not measured yet.
+
+    ``device``: ``"auto"`` (a CUDA GPU when torch sees one, else the CPU), ``"cpu"``,
+    ``"cuda"`` or ``"cuda:N"`` (:func:`resolve_device`); ``model.device`` says which. The
+    weights, every cache a stream makes and the encoder and decoder run there; the audio, the
+    mel front end and the step's decisions stay on the host."""
+    dev = resolve_device(device)
+    compute_type = resolve_compute_type(compute_type, dev)
+    if int8_output and dev.type != "cpu":
+        raise ValueError("int8_output runs on a CPU only (fbgemm int8); a GPU projects every logit exactly")
     if threads:
         torch.set_num_threads(threads)
     loaded = load_weights(name_or_path)
@@ -158,9 +207,14 @@ def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None 
         quantize_linears(loaded.net, parts, kind)
     if int8_output:
         loaded.net.decoder.quantize_output()
+    if kind == "half":
+        loaded.net.to(HALF[compute_type])
+    if dev.type != "cpu":
+        loaded.net.to(dev)
     name = str(name_or_path) if not isinstance(name_or_path, Path) else name_or_path.name
     model = WhisperModel(loaded, name)
     model.source = os.fspath(name_or_path)  # what reloads it elsewhere (the server's worker processes)
     model.int8_output = int8_output
     model.compute_type = compute_type
+    model.device = str(dev)
     return model

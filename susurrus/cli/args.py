@@ -17,6 +17,25 @@ class UsageError(Exception):
     """A bad argument found after parsing (it needs the model or the file system): exit 2."""
 
 
+def device_arg(text: str) -> str:
+    """``--device``: auto, cpu, cuda or cuda:N (whether that GPU is there: :func:`check_device`)."""
+    name = text.strip().lower()
+    kind, _, index = name.partition(":")
+    if name in ("auto", "cpu", "cuda") or (kind == "cuda" and index.isdigit()):
+        return name
+    raise argparse.ArgumentTypeError(f"{text!r}: expected auto, cpu, cuda or cuda:N")
+
+
+def check_device(device: str) -> None:
+    """A device torch does not see (``cuda`` on a machine without one) as a usage error."""
+    from susurrus.api import resolve_device
+
+    try:
+        resolve_device(device)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+
+
 def int_range(low: int, high: int | None = None, unit: str = "") -> Callable[[str], int]:
     """An argparse ``type``: an integer within ``low..high`` (``high`` None: no upper bound)."""
     def parse(text: str) -> int:

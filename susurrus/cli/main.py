@@ -13,7 +13,15 @@ import functools
 import sys
 from pathlib import Path
 
-from susurrus.cli.args import UsageError, float_range, int_range, language_arg, ms_list
+from susurrus.cli.args import (
+    UsageError,
+    check_device,
+    device_arg,
+    float_range,
+    int_range,
+    language_arg,
+    ms_list,
+)
 from susurrus.cli.serve import add_limit_args, cmd_client, cmd_serve, cmd_serve_ray
 from susurrus.writers import WRITERS, format_timestamp, write_result
 
@@ -27,21 +35,29 @@ MODEL_HELP = ("model: an embedded name (tiny.en, base), a CTranslate2 directory,
 
 
 # susurrus.api.COMPUTE_TYPES (not imported here: torch)
-COMPUTE_TYPES = ["float32", "int8", "int8_encoder", "int8_decoder", "bf16_encoder"]
+COMPUTE_TYPES = ["float32", "int8", "int8_encoder", "int8_decoder", "bf16_encoder", "float16", "bfloat16"]
 AUTO = "auto"  # susurrus.api.AUTO
-COMPUTE_TYPE_HELP = ("auto (default): bf16_encoder on a CPU with bfloat16 instructions (AVX512-BF16, AMX), float32 "
-                     "elsewhere. float32: exact, every product as the checkpoint's. bf16_encoder: the encoder's "
+COMPUTE_TYPE_HELP = ("auto (default): bfloat16 on a GPU; on a CPU bf16_encoder where it has bfloat16 instructions "
+                     "(AVX512-BF16, AMX), float32 elsewhere. float32: exact, every product as the checkpoint's. "
+                     "bf16_encoder: the encoder's "
                      "linear layers and attention in bfloat16 (tiny.en: the same text as float32 on all 49 English "
                      "dev items streaming, base: on 48, for 10-18%% less CPU; on a CPU without bf16 instructions "
                      "emulated and slower). "
                      "int8: the linear layers of the encoder's and the decoder's blocks on int8 weights; "
                      "int8_encoder and int8_decoder quantise one side only. Lossy: only int8_encoder on tiny.en "
                      "stayed within 0.2 WER points on the dev set; int8 cost base 3.3 points streaming "
-                     "(docs/benchmarks.md)")
+                     "(docs/benchmarks.md); the int8 types and bf16_encoder are the CPU's (refused on a GPU). "
+                     "bfloat16, float16: the whole model (weights, caches, products) in that dtype, layer norms, "
+                     "softmaxes and logits in float32; the GPU's types (bfloat16 keeps float32's range with 8 "
+                     "bits of mantissa, float16 has 11 bits and a narrower range); their WER on a GPU is not "
+                     "measured yet; on a CPU they run slowly")
+DEVICE_HELP = ("where the model runs: auto (default: a CUDA GPU when torch sees one, else the CPU), cpu, cuda or "
+               "cuda:N; asking for cuda where torch sees none is an error")
 
 
 def _add_compute_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute-type", choices=[AUTO, *COMPUTE_TYPES], default=AUTO, help=COMPUTE_TYPE_HELP)
+    p.add_argument("--device", type=device_arg, default=AUTO, help=DEVICE_HELP)
     p.add_argument("--int8-output", action="store_true",
                    help="int8 weights for the vocabulary projection (faster, near-ties may flip)")
 
@@ -66,7 +82,7 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
     import susurrus
 
     model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output,
-                                compute_type=args.compute_type)
+                                compute_type=args.compute_type, device=args.device)
     check_model_options(model, args.language, args.task)
     status = 0
     options = transcribe_options(  # the REST API runs the same options (transports/offline.py)
@@ -128,7 +144,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from susurrus.streaming.session import stream_config
 
     torch.set_num_threads(args.threads or 1)
-    model = susurrus.load_model(args.model, int8_output=args.int8_output, compute_type=args.compute_type)
+    model = susurrus.load_model(args.model, int8_output=args.int8_output, compute_type=args.compute_type,
+                                device=args.device)
     default_language = "en" if not model.is_multilingual else args.language
     for item in items:  # unlabelled audio: the language asked for (or English for English-only models)
         item.language = item.language or default_language or "en"
@@ -339,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes that run the streams, each loading the model (with --threads torch "
                         "threads) and each stream pinned to the least-loaded one; 0: run them in the "
                         "server process's threads, on one model (about one core in all: the streaming steps hold "
-                        "the GIL) (default: the number of CPU cores)")
+                        "the GIL) (default: the number of CPU cores; with --device cuda 1: one process owns the "
+                        "card and steps every session together)")
     v.add_argument("--no-batching", action="store_true",
                    help="step each worker's streams one at a time instead of together (their encoder and decoder "
                         "passes packed into one per round: the same text, less CPU per stream; for comparison)")
@@ -352,9 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "clock, so that sessions that started at different times step in the same packed rounds "
                         "(less CPU per stream, up to this much more latency; same text); 0: step at once "
                         "(default: %(default)s; docs/benchmarks.md measures it)")
-    v.add_argument("--max-sessions", type=int_range(1), default=16,
+    v.add_argument("--max-sessions", type=int_range(1), default=None,
                    help="concurrent WebSocket sessions and REST transcriptions together; more are refused "
-                        "(default: %(default)s)")
+                        "(default: 16 on a CPU; on a GPU as many as its free memory holds, less the model and a "
+                        "15%% margin, at a stream's peak cache: docs/architecture.md)")
     v.add_argument("--drain-s", type=float_range(0.0), default=30.0,
                    help="on SIGTERM or Ctrl+C: refuse new sessions and uploads (close code 1012 / HTTP 503, "
                         "/healthz 503), commit each session's open item and let open work finish for at most this "
@@ -410,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--cpus-per-replica", type=float_range(0.0, low_open=True), default=1.0,
                    help="Ray CPUs each replica reserves (default: %(default)s: a replica's streams use about one "
                         "core, the GIL)")
+    r.add_argument("--gpus-per-replica", type=float_range(0.0), default=0.0,
+                   help="Ray GPUs each replica reserves (ray_actor_options num_gpus; 1: each replica owns a card, "
+                        "its model and sessions on it, with --device auto or cuda) (default: %(default)s: CPU only)")
     add_limit_args(r)
     r.add_argument("--drain-s", type=float_range(0.0), default=30.0,
                    help="a replica being removed (scale-down, Ctrl+C): after --scale-down-grace-s, each session's "
@@ -448,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "device", AUTO) != AUTO:
+            check_device(args.device)  # (cuda where torch sees none: one line, before any work)
         return args.func(args)
     except UsageError as err:
         print(f"susurrus {args.command}: {err}", file=sys.stderr)

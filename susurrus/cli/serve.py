@@ -78,14 +78,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if path is not None and not Path(path).is_file():
             print(f"susurrus serve: {option} {path}: no such file", file=sys.stderr)
             return 2
-    import susurrus
     from susurrus.server.app import serve
 
     # with worker processes the server's own copy only names the model (it is checked to load here,
     # once, before the workers load it again with --threads each, 1 by default)
-    model = susurrus.load_model(args.model, threads=args.threads if args.workers == 0 else None,
-                                int8_output=args.int8_output, compute_type=args.compute_type)
-    limits, uploads = limits_of(args, args.max_sessions)
+    try:
+        model, max_sessions = _serving_model(args)
+    except ValueError as err:
+        print(f"susurrus serve: {err}", file=sys.stderr)
+        return 2
+    limits, uploads = limits_of(args, max_sessions)
     shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0", "::") else args.host
     http, ws = ("https", "wss") if args.ssl_certfile else ("http", "ws")
     print(f"susurrus: demo at {http}://{shown}:{args.port}/ , OpenAI Realtime transcription at "
@@ -97,6 +99,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
           ssl_certfile=args.ssl_certfile, batched=not args.no_batching, batch_window_ms=args.batch_window_ms,
           step_grid_ms=args.step_grid_ms, ws_compression=args.ws_compression)
     return 0
+
+
+def _serving_model(args: argparse.Namespace) -> tuple[Any, int]:
+    """The server's model and its session limit. On a GPU the worker (one: it owns the card and
+    steps every session together) loads the model there; the server's own copy, which only
+    names it, stays on the CPU; ``--max-sessions`` defaults to what the card's free memory holds
+    (:func:`~susurrus.model.memory.cuda_max_sessions`)."""
+    import susurrus
+    from susurrus.api import resolve_compute_type, resolve_device
+
+    device = resolve_device(args.device)
+    if device.type == "cpu":
+        model = susurrus.load_model(args.model, threads=args.threads if args.workers == 0 else None,
+                                    int8_output=args.int8_output, compute_type=args.compute_type, device="cpu")
+        return model, args.max_sessions or 16
+    if args.workers is not None and args.workers > 1:
+        raise ValueError(f"--device {args.device}: one worker process owns the card (--workers 1, the default there, "
+                         "or 0: in the server process), not {args.workers}")
+    compute_type = resolve_compute_type(args.compute_type, device)
+    if args.workers == 0:
+        model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output,
+                                    compute_type=compute_type, device=str(device))
+    else:
+        model = susurrus.load_model(args.model, compute_type="float32", device="cpu")
+        model.compute_type, model.device = compute_type, str(device)  # what the worker loads
+    if args.max_sessions:
+        return model, args.max_sessions
+    import torch
+
+    from susurrus.api import HALF
+    from susurrus.model.memory import cuda_max_sessions
+
+    n, how = cuda_max_sessions(model.net.dims, HALF.get(compute_type, torch.float32), device)
+    print(f"susurrus serve: --max-sessions {how}", file=sys.stderr)
+    return model, n
 
 
 def cmd_serve_ray(args: argparse.Namespace) -> int:
@@ -113,12 +150,13 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
     limits, uploads = limits_of(args, per_replica)
     replica = ray_serve.ReplicaOptions(
         model=args.model, threads=args.threads, int8_output=args.int8_output, compute_type=args.compute_type,
-        limits=limits, uploads=uploads,
+        device=args.device, limits=limits, uploads=uploads,
         api_key=args.api_key, allowed_origins=args.allowed_origins, drain_s=args.drain_s,
         scale_down_grace_s=args.scale_down_grace_s)
     scale = ray_serve.ScaleOptions(sessions_per_replica=per_replica, target_sessions=args.target_sessions,
                                    min_replicas=args.min_replicas, max_replicas=args.max_replicas,
-                                   num_replicas=args.replicas, num_cpus=args.cpus_per_replica)
+                                   num_replicas=args.replicas, num_cpus=args.cpus_per_replica,
+                                   num_gpus=args.gpus_per_replica)
     shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0", "::") else args.host
     print(f"susurrus: deploying on Ray Serve; OpenAI Realtime transcription at ws://{shown}:{args.port}/v1/realtime , "
           f"REST at http://{shown}:{args.port}/v1/audio/ , demo at http://{shown}:{args.port}/ (Ctrl+C: remove it, "

@@ -95,7 +95,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     import susurrus
 
     model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output,
-                                compute_type=args.compute_type)
+                                compute_type=args.compute_type, device=args.device)
     check_model_options(model, args.language, args.task)
     stream = model.stream(args.latency, **settings)
     block = config.chunk_ms * 16

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from susurrus.audio.features import TOKENS_PER_SECOND
 from susurrus.model.tokenizer import Tokenizer
-from susurrus.model.whisper import Whisper
+from susurrus.model.whisper import Whisper, to_host
 
 PREPEND_PUNCTUATION = "\"'“¿([{-"
 APPEND_PUNCTUATION = "\"'.。,，!！?？:：”)]}、"
@@ -90,8 +90,9 @@ def find_alignment(net: Whisper, tokenizer: Tokenizer, text_tokens: list[int],
         return []
     tokens = [*tokenizer.sot_sequence, tokenizer.no_timestamps, *text_tokens, tokenizer.eot]
     sample_begin = len(tokenizer.sot_sequence) + 1
-    logits, _, qk = net.decoder(torch.tensor([tokens]), net.decoder.new_cache(audio_features),
+    logits, _, qk = net.decoder(torch.tensor([tokens], device=net.device), net.decoder.new_cache(audio_features),
                                 alignment_heads=net.alignment_heads)
+    logits, qk = to_host(logits), to_host(qk)  # (float32 on the host: the alignment's math)
     probs = logits[0, sample_begin - 1:-1, : tokenizer.eot].softmax(dim=-1)
     token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(text_tokens)].tolist()
 

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from susurrus.model.caches import DecoderCache
 from susurrus.model.tokenizer import TIME_PRECISION, Tokenizer
-from susurrus.model.whisper import Whisper
+from susurrus.model.whisper import Whisper, to_host
 
 
 @dataclass(frozen=True)
@@ -131,10 +131,11 @@ def detect_language(net: Whisper, tokenizer: Tokenizer, audio_features: Tensor |
     over ``audio_features`` or an existing decoder ``cache`` (its cross keys/values)."""
     if not net.is_multilingual:
         return [("en", 1.0)]
-    tokens = torch.tensor([[tokenizer.sot]])
+    tokens = torch.tensor([[tokenizer.sot]], device=net.device)
     if cache is None:
         cache = net.decoder.new_cache(audio_features)
     logits, _, _ = net.decoder(tokens, DecoderCache(cache.cross, [None] * len(cache.self_kv)))
+    logits = to_host(logits)
     lang_tokens = torch.tensor(tokenizer.language_tokens)
     probs = logits[0, -1, lang_tokens].softmax(dim=-1)
     order = probs.argsort(descending=True)
@@ -150,7 +151,8 @@ def decode_window(net: Whisper, tokenizer: Tokenizer, audio_features: Tensor,
     max_len = min(len(prompt) + sample_len, n_ctx)
     rules = LogitRules(tokenizer, options, len(prompt), net.dims.n_vocab)
     cache = net.decoder.new_cache(audio_features)
-    logits, cache, _ = net.decoder(torch.tensor([prompt]), cache)
+    logits, cache, _ = net.decoder(torch.tensor([prompt], device=net.device), cache)
+    logits = to_host(logits)  # (the logit rules and the choice of tokens run on the host)
     sot_index = prompt.index(tokenizer.sot)
     no_speech_prob = float(logits[0, sot_index].softmax(-1)[tokenizer.no_speech])
     first = logits[:, -1]
@@ -178,7 +180,7 @@ def _sample(net: Whisper, rules: LogitRules, cache: DecoderCache, logits: Tensor
             eot: int) -> list[DecodingResult]:
     """Greedy (temperature 0) or temperature sampling of ``n`` independent sequences."""
     if n > 1:
-        index = torch.zeros(n, dtype=torch.long)
+        index = torch.zeros(n, dtype=torch.long, device=net.device)
         cache = cache.select(index)
         logits = logits.expand(n, -1)
     generator = torch.Generator().manual_seed(options.seed) if options.seed is not None else None
@@ -206,8 +208,8 @@ def _sample(net: Whisper, rules: LogitRules, cache: DecoderCache, logits: Tensor
         length += 1
         if all(done) or length >= max_len:  # (not len(seqs[0]): a finished first sample stops growing)
             break
-        out, cache, _ = net.decoder(nxt[:, None], cache)
-        logits = out[:, -1]
+        out, cache, _ = net.decoder(nxt[:, None].to(net.device), cache)
+        logits = to_host(out[:, -1])
     results = []
     for seq, total in zip(seqs, sums):
         sampled = seq[len(prompt):]
@@ -252,9 +254,9 @@ def _beam_search(net: Whisper, rules: LogitRules, cache: DecoderCache, logits: T
         if len(finished) >= max_finished or not new_seqs or len(new_seqs[0]) >= max_len:
             break
         seqs, sums = new_seqs, new_sums
-        cache = cache.select(torch.tensor(parents))
-        out, cache, _ = net.decoder(torch.tensor(next_tokens)[:, None], cache)
-        logits = out[:, -1]
+        cache = cache.select(torch.tensor(parents, device=net.device))
+        out, cache, _ = net.decoder(torch.tensor(next_tokens, device=net.device)[:, None], cache)
+        logits = to_host(out[:, -1])
     if not finished:  # ran out of length: keep the live beams as they are
         finished = [(s[len(prompt):], total) for s, total in zip(new_seqs or seqs, new_sums or sums)]
     results = [DecodingResult(toks, total, total / (len(toks) + 1), 0.0, 0.0) for toks, total in finished]

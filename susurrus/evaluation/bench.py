@@ -344,9 +344,12 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
 def offline_key(model, item_id: str, n_samples: int, language: str | None) -> str:
     """An offline transcription's key in the cache (``--offline-cache``): model, item, audio
     length and the language given (None: English-only, or detected); a compute type other than
-    float32 is part of the model's name (its products round differently)."""
+    float32 is part of the model's name (its products round differently), and so is a device
+    other than the CPU."""
     compute = getattr(model, "compute_type", "float32")
     name = model.name if compute == "float32" else f"{model.name}@{compute}"
+    device = str(getattr(model, "device", "cpu"))
+    name = name if device == "cpu" else f"{name}@{device}"
     return f"{name}|{item_id}|{n_samples}|{language}"
 
 

@@ -195,12 +195,12 @@ def decode_tokens(decoder: TextDecoder, rows: Sequence[tuple[Sequence[int], Deco
     extended by its tokens, and its alignment heads' cross-attention scores (1, heads, T, 1500). The
     linear layers of a shape in ``split`` multiply row by row."""
     spans = _spans([len(t) for t, _ in rows])
-    ids = torch.tensor([t for tokens, _ in rows for t in tokens])
+    ids = torch.tensor([t for tokens, _ in rows for t in tokens], device=decoder.token_embedding.weight.device)
     offsets = [c.offset for _, c in rows]
     pos = torch.cat([decoder.positional_embedding[o:o + len(t)] for o, (t, _) in zip(offsets, rows)])
     x = (decoder.token_embedding(ids) + pos).to(rows[0][1].cross[0].k.dtype)
     masks = [None if len(t) == 1 else
-             torch.full((len(t), o + len(t)), float("-inf"), dtype=x.dtype).triu_(o + 1)
+             torch.full((len(t), o + len(t)), float("-inf"), dtype=x.dtype, device=x.device).triu_(o + 1)
              for o, (t, _) in zip(offsets, rows)]
     self_kv: list[list[KV]] = []
     picked: list[list[Tensor]] = [[] for _ in rows]

@@ -45,8 +45,18 @@ class ModelDims:
 
 
 class LayerNorm(nn.LayerNorm):
+    """Computed in float32 whatever the model's dtype (a float16/bfloat16 model's weights are
+    read as float32: on a float32 model the same tensors, the same bits)."""
+
     def forward(self, x: Tensor) -> Tensor:
-        return super().forward(x.float()).type(x.dtype)
+        return F.layer_norm(x.float(), self.normalized_shape, self.weight.float(), self.bias.float(),
+                            self.eps).type(x.dtype)
+
+
+def to_host(x: Tensor) -> Tensor:
+    """``x`` where the host's Python reads it: itself on the CPU (no copy), else a float32 copy
+    in host memory (one transfer for a whole batch of logits or attention scores)."""
+    return x if x.device.type == "cpu" else x.float().cpu()
 
 
 def top_entries(row: Tensor, k: int) -> Tensor:
@@ -195,8 +205,10 @@ class AudioEncoder(nn.Module):
         return x.permute(0, 2, 1)
 
     def forward(self, mel: Tensor) -> Tensor:
-        """Full bidirectional encoding of a (batch, n_mels, 3000) window: (batch, 1500, width)."""
-        x = self.stem(mel)
+        """Full bidirectional encoding of a (batch, n_mels, 3000) window: (batch, 1500, width).
+        ``mel`` may be on the host in float32: it is moved to the stem's device and dtype."""
+        w = self.conv1.weight
+        x = self.stem(mel.to(device=w.device, dtype=w.dtype))
         x = x + self.positional_embedding[: x.shape[1]].to(x.dtype)
         for block in self.blocks:
             x, _, _ = block(x, None)
@@ -255,6 +267,8 @@ class TextDecoder(nn.Module):
         divided by its largest magnitude, and a fence row (+1, -1) fixes the pass's quantisation
         range at [-1, 1] whatever the other rows hold, so a position's logits are the same
         alone or packed with many streams' (one pass reads the 20-50 MB of weights once)."""
+        if x.device.type != "cpu":  # int8 products are a CPU's: on a GPU every logit exactly
+            return self.project(x)
         if getattr(self, "shortlist_int8", None) is None:
             self.shortlist_int8 = int8_linear(self.token_embedding.weight)
             self.shortlist_fence = torch.zeros(1, self.token_embedding.weight.shape[1])
@@ -268,6 +282,8 @@ class TextDecoder(nn.Module):
         ``approx`` (vocab,), masked entries at -inf stay masked); every other entry is capped
         below the exact ones, so the argmax is exact whenever the true best token is among the
         int8 top ``k`` (its error is ~1 logit; a test checks the argmax on real decoding)."""
+        if x.device.type != "cpu":  # (a GPU's ``approx`` is exact already: project_approx)
+            return approx
         top = top_entries(approx, k)
         top = top[torch.isfinite(approx[top])]
         exact = self.token_embedding.weight[top].to(x.dtype) @ x
@@ -301,7 +317,7 @@ class TextDecoder(nn.Module):
         x = x.to(cache.cross[0].k.dtype)
         mask = None
         if t > 1:
-            mask = torch.full((t, offset + t), float("-inf"), dtype=x.dtype).triu_(offset + 1)
+            mask = torch.full((t, offset + t), float("-inf"), dtype=x.dtype, device=x.device).triu_(offset + 1)
         self_kv: list[KV | None] = []
         picked: list[Tensor] = []
         for i, (block, past, cross) in enumerate(zip(self.blocks, cache.self_kv, cache.cross)):
@@ -355,7 +371,19 @@ class Whisper(nn.Module):
                                    dims.n_text_head, dims.n_text_layer)
         heads = torch.zeros(dims.n_text_layer, dims.n_text_head, dtype=torch.bool)
         heads[dims.n_text_layer // 2:] = True  # the reference's default: upper half of layers
-        self.register_buffer("alignment_heads", heads, persistent=False)
+        # a host tensor whatever the model's device: which heads to pick is Python's decision,
+        # made without waiting on the device (indexing a device tensor with it is allowed)
+        self.alignment_heads = heads
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are (and every cache a stream makes)."""
+        return self.decoder.token_embedding.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The model's floating dtype (its embeddings'; a ``bf16_encoder`` CPU model says float32)."""
+        return self.decoder.token_embedding.weight.dtype
 
     def set_alignment_heads(self, pairs: list[tuple[int, int]] | list[list[int]]) -> None:
         heads = torch.zeros(self.dims.n_text_layer, self.dims.n_text_head, dtype=torch.bool)

@@ -273,9 +273,10 @@ async def metrics(request: Request) -> PlainTextResponse:
                              media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-def default_workers() -> int:
-    """Worker processes by default: one per CPU core."""
-    return max(1, os.cpu_count() or 1)
+def default_workers(device: str = "cpu") -> int:
+    """Worker processes by default: one per CPU core; on a GPU one, which owns the card and
+    steps every session together."""
+    return 1 if device.startswith("cuda") else max(1, os.cpu_count() or 1)
 
 
 def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None = None, workers: int | None = None,
@@ -297,7 +298,7 @@ def create_app(model: Any, *, limits: Limits | None = None, api_key: str | None 
     limits = limits or Limits()
     allowed_origins = parse_origins(",".join(allowed_origins)) if allowed_origins else None
     counters = Metrics()
-    n = default_workers() if workers is None else workers
+    n = default_workers(str(getattr(model, "device", "cpu"))) if workers is None else workers
     if n < 0:
         raise ValueError(f"workers must be 0 (in-process threads) or more, not {n}")
     worker_pool: WorkerPool | None = None

@@ -86,6 +86,7 @@ class ReplicaOptions:
     threads: int = 1
     int8_output: bool = False
     compute_type: str = "auto"
+    device: str = "auto"  # a replica with --gpus-per-replica sees its own GPU(s) (Ray sets CUDA_VISIBLE_DEVICES)
     limits: Limits = field(default_factory=Limits)
     uploads: UploadLimits = field(default_factory=UploadLimits)
     api_key: str | None = None
@@ -105,6 +106,7 @@ class ScaleOptions:
     num_replicas: int | None = None  # fixed count (no autoscaling) when given
     initial_replicas: int | None = None  # autoscaling: replicas at deployment (None: min_replicas)
     num_cpus: float = 1.0  # Ray CPUs per replica
+    num_gpus: float = 0.0  # Ray GPUs per replica (ray_actor_options num_gpus): each replica owns its card(s)
     upscale_delay_s: float = 10.0
     downscale_delay_s: float = 120.0
 
@@ -160,7 +162,7 @@ class SusurrusReplica:
         self.options = opts
         torch.set_num_threads(opts.threads)
         self.model = susurrus.load_model(opts.model, threads=opts.threads, int8_output=opts.int8_output,
-                                         compute_type=opts.compute_type)
+                                         compute_type=opts.compute_type, device=opts.device)
         self.server_app = create_app(self.model, limits=opts.limits, api_key=opts.api_key, workers=0,
                                      threads=opts.threads, uploads=opts.uploads,
                                      allowed_origins=opts.allowed_origins, drain_s=opts.drain_s)
@@ -294,6 +296,8 @@ def deployment_options(replica: ReplicaOptions, scale: ScaleOptions) -> dict[str
         "ray_actor_options": {"num_cpus": scale.num_cpus,
                               "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(replica.threads)}}},
     }
+    if scale.num_gpus:
+        options["ray_actor_options"]["num_gpus"] = scale.num_gpus
     if scale.num_replicas is not None:
         options["num_replicas"] = scale.num_replicas
     else:

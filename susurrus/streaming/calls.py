@@ -28,7 +28,7 @@ from torch import Tensor
 from susurrus.model import batched
 from susurrus.model.caches import KV, DecoderCache, EncoderCache
 from susurrus.model.layers import Bf16Linear
-from susurrus.model.whisper import Whisper
+from susurrus.model.whisper import Whisper, to_host
 from susurrus.streaming.vad import VadFrames
 
 T = TypeVar("T")
@@ -72,16 +72,40 @@ def _decoded(call: DecodeTokens, hidden: Tensor, cache: DecoderCache, qk: Tensor
     return hidden[:, call.skip:], cache, qk[:, :, call.skip:] if qk is not None else None
 
 
+def _host_reads(decoded: list[tuple], approx: Tensor) -> tuple[list[Tensor | None], Tensor]:
+    """The rows' alignment-head scores and their logits where the step's Python reads them: as
+    they are on the CPU; from a GPU, two transfers for the whole round (the scores of every row
+    concatenated, the logits), not one per token or row. (``qk`` on the host in float32, the
+    logits exact: :meth:`~susurrus.model.whisper.TextDecoder.project_approx`.)"""
+    if approx.device.type == "cpu":
+        return [qk for _, _, qk in decoded], approx
+    qks = [qk for _, _, qk in decoded]
+    present = [qk for qk in qks if qk is not None]
+    if not present:
+        return qks, to_host(approx)
+    joined = to_host(torch.cat(present, dim=2))
+    out, at = [], 0
+    for qk in qks:
+        if qk is None:
+            out.append(None)
+            continue
+        n = qk.shape[2]
+        out.append(joined[:, :, at:at + n])
+        at += n
+    return out, to_host(approx)
+
+
 @torch.inference_mode()
 def run_alone(net: Whisper, call: ModelCall) -> Any:
     """One call, with the network's own forward passes."""
     if isinstance(call, EncodeFrames):
         return net.encoder.forward_frames(call.frames, call.cache, call.mask)
     if isinstance(call, DecodeTokens):
-        hidden, cache, qk = net.decoder(torch.tensor([call.tokens]), call.cache, alignment_heads=net.alignment_heads,
-                                        project=False)
+        tokens = torch.tensor([call.tokens], device=net.device)
+        hidden, cache, qk = net.decoder(tokens, call.cache, alignment_heads=net.alignment_heads, project=False)
         hidden, cache, qk = _decoded(call, hidden, cache, qk)
-        return hidden, cache, qk, net.decoder.project_approx(hidden[0])
+        (qk,), approx = _host_reads([(hidden, cache, qk)], net.decoder.project_approx(hidden[0]))
+        return hidden, cache, qk, approx
     if isinstance(call, CrossKV):
         return net.decoder.cross_kv(call.features)
     if isinstance(call, VadFrames):
@@ -217,8 +241,9 @@ def _run_kind(net: Whisper, kind: type, calls: list[ModelCall], idx: list[int], 
         # the rows' shortlist logits in one pass (each position quantised on its own scale:
         # the same logits as alone, TextDecoder.project_approx)
         approx = net.decoder.project_approx(torch.cat([hidden[0] for hidden, _, _ in decoded]))
+        qks, approx = _host_reads(decoded, approx)
         at = 0
-        for i, (hidden, cache, qk) in zip(idx, decoded):
+        for i, (hidden, cache, _), qk in zip(idx, decoded, qks):
             n = hidden.shape[1]
             results[i] = (hidden, cache, qk, approx[at:at + n])
             at += n

@@ -44,8 +44,8 @@ class EncoderState:
     @classmethod
     def empty(cls, net: Whisper) -> EncoderState:
         width = net.dims.n_audio_state
-        return cls(EncoderCache.empty(net.dims.n_audio_layer), 0, torch.zeros(1, 0, width),
-                   torch.zeros(1, 0, width))
+        empty = torch.zeros(1, 0, width, device=net.device, dtype=net.dtype)
+        return cls(EncoderCache.empty(net.dims.n_audio_layer), 0, empty, empty)
 
     @property
     def frames(self) -> int:
@@ -80,7 +80,8 @@ def stem_frames(net: Whisper, mel: torch.Tensor, j0: int, j1: int,
     """Stem outputs (1, j1 - j0, width) of encoder frames [j0, j1) from mel (n_mels, M),
     equal to the full stem's: conv1 outputs 2 j0 - 1 .. 2 j1 - 1 are computed from mel
     2 j0 - 2 .. 2 j1, with zeros where the full stem pads. ``mel`` is normalised already, or
-    log10 power normalised here (only the frames read) with ``running_max``."""
+    log10 power normalised here (only the frames read) with ``running_max``. The mel stays on
+    the host (the front end is cheap there); the frames read travel to the model's device."""
     enc = net.encoder
     n = mel.shape[1]
     lo, hi = 2 * j0 - 1, 2 * j1 - 1  # conv1 outputs needed (inclusive)
@@ -90,6 +91,7 @@ def stem_frames(net: Whisper, mel: torch.Tensor, j0: int, j1: int,
     if running_max is not None:
         piece = normalize_frames(piece, running_max)
     piece = F.pad(piece, (max(0, -m_lo), max(0, m_hi - n)))[None]
+    piece = piece.to(device=enc.conv1.weight.device, dtype=enc.conv1.weight.dtype)  # (no-op on a float32 CPU model)
     c1 = F.gelu(F.conv1d(piece, enc.conv1.weight, enc.conv1.bias))
     c1 = F.pad(c1, (first - lo, hi - last))
     c2 = F.gelu(F.conv1d(c1, enc.conv2.weight, enc.conv2.bias, stride=2))
@@ -156,7 +158,7 @@ def encode_steps(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead
             pad = torch.cat([pad, pad[:, -1:].expand(-1, silence - edge, -1)], dim=1)
         frames = torch.cat([frames, pad], dim=1)
         n_new = available - start
-        mask = torch.zeros(n_new + silence, state.cache.length + n_new + silence)
+        mask = torch.zeros(n_new + silence, state.cache.length + n_new + silence, device=frames.device)
         mask[:n_new, state.cache.length + n_new:] = -float("inf")
     out, cache = yield EncodeFrames(frames, state.cache, mask)
     silence_out = out[:, available - start:] if silence else None

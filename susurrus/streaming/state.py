@@ -137,7 +137,7 @@ def silence_cross_kv(net: Whisper, level: float = SILENCE_LEVEL) -> list[HeadKV]
     """Cross keys/values of the encoder output for a window of digital silence (normalised
     log-mel ``level``), head by head. One padded encode (~0.4 s with tiny): compute it once per
     model and share it between sessions (``WhisperModel.stream`` does)."""
-    mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), level)
+    mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), level, device=net.device)
     return [HeadKV.of(kv, net.dims.n_text_head) for kv in net.decoder.cross_kv(net.encoder(mel))]
 
 

@@ -52,7 +52,7 @@ def model_spec(model: Any, threads: int | None = None, batched: bool = True, win
     (``batched``: its streams stepped together; ``window_ms``, ``grid_ms``: :class:`ModelSpec`)."""
     return ModelSpec(str(getattr(model, "source", model.name)), threads or 1,
                      bool(getattr(model, "int8_output", False)), str(getattr(model, "compute_type", "float32")),
-                     batched, window_ms, grid_ms)
+                     batched, window_ms, grid_ms, device=str(getattr(model, "device", "cpu")))
 
 
 # ---------------------------------------------------------------------------- compute accounting

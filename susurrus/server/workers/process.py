@@ -55,6 +55,7 @@ class ModelSpec:
     batched: bool = True
     window_ms: float = 0.0
     grid_ms: float = 0.0
+    device: str = "cpu"  # where it loads the model (a CUDA card: one worker owns it, every session stepped together)
 
 
 def portable(err: BaseException) -> BaseException:
@@ -95,7 +96,8 @@ def worker_main(conn: Connection, spec: ModelSpec) -> None:
 
     torch.set_num_threads(spec.threads)
     try:
-        model = load_model(spec.source, int8_output=spec.int8_output, compute_type=spec.compute_type)
+        model = load_model(spec.source, int8_output=spec.int8_output, compute_type=spec.compute_type,
+                           device=spec.device)
         model.stream()  # the shared end-of-audio context, once
     except BaseException as err:  # noqa: BLE001 - reported to the server, which refuses to start
         conn.send((READY, False, portable(err), 0.0, 0, 0))
