@@ -251,7 +251,11 @@ def sweep(model, audio: list[np.ndarray], counts: list[int], seconds: float, dea
             if need > 0.9 * free:
                 rows.append({"streams": n, "skipped": f"memory: {need / 2**30:.1f} GiB > 90 % of {free / 2**30:.1f}"})
                 continue
-        rows.append(sweep_point(model, audio, n, seconds))
+        try:
+            rows.append(sweep_point(model, audio, n, seconds))
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            rows.append({"streams": n, "held": False, "error": "out of memory"})
         print(f"  {rows[-1]}", file=sys.stderr, flush=True)
         if not rows[-1]["held"]:
             break  # more streams will not hold either
@@ -318,18 +322,27 @@ def main() -> int:
         report["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                           capture_output=True, text=True).stdout.strip()
     model_dir = tiny_dir(data)
+    def attempt(key: str, fn, *args):  # a part that fails is reported, the others still run
+        try:
+            report[key] = fn(*args)
+        except Exception as err:  # noqa: BLE001
+            report[key] = {"error": f"{type(err).__name__}: {err}"[:300]}
+
     if "tests" not in skip:
-        report["cuda tests"] = run_cuda_tests(data, model_dir)
+        attempt("cuda tests", run_cuda_tests, data, model_dir)
     items = dev_items(data / "dev")[: 3 if a.quick else None]
     audio = [decode_audio(i["audio"]) for i in items]
-    if "dev" not in skip:
+    def dev_part() -> dict:
         runs = {"cpu float32": dev_texts(susurrus.load_model(str(model_dir), device="cpu", compute_type="float32"),
                                          items, progress=False)}
         for ct in ("float32", "bfloat16") if gpu else ("bfloat16",):
             if time.monotonic() < deadline:
                 model = susurrus.load_model(str(model_dir), device=a.device, compute_type=ct)
                 runs[f"{a.device} {ct}"] = dev_texts(model, items, progress=False)
-        report["dev set, tiny.en vs cpu float32"] = compare_dev(runs, "cpu float32")
+        return compare_dev(runs, "cpu float32")
+
+    if "dev" not in skip:
+        attempt("dev set, tiny.en vs cpu float32", dev_part)
     long_audio = np.concatenate(audio)[: 16000 * (8 if a.quick else 30)]
     shapes = ["tiny.en", "base"] if a.quick else list(SHAPES)
     ct = "bfloat16" if gpu else "float32"
@@ -340,19 +353,23 @@ def main() -> int:
         if gpu:
             torch.cuda.empty_cache()
             m0 = torch.cuda.memory_allocated()
-        model = (susurrus.load_model(str(model_dir), device=a.device, compute_type=ct) if shape == "tiny.en"
-                 else random_model(shape, a.device, ct, data))
-        model.stream()  # the shared silence
+        try:
+            model = (susurrus.load_model(str(model_dir), device=a.device, compute_type=ct) if shape == "tiny.en"
+                     else random_model(shape, a.device, ct, data))
+            model.stream()  # the shared silence
+        except Exception as err:  # noqa: BLE001 (out of memory for a shape: the others still run)
+            report[f"model: {shape}"] = {"error": f"{type(err).__name__}: {err}"[:300]}
+            continue
         key = f"{shape} ({'real weights' if shape == 'tiny.en' else 'random init'}, {ct})"
         if gpu:
             report[f"model MiB: {key}"] = round((torch.cuda.memory_allocated() - m0) / 2**20)
         if "latency" not in skip and time.monotonic() < deadline:
-            report[f"one stream's step: {key}"] = step_latency(model, long_audio)
+            attempt(f"one stream's step: {key}", step_latency, model, long_audio)
         if "sweep" not in skip:
-            report[f"streams together: {key}"] = sweep(model, audio, counts, 2.0 if a.quick else 8.0, deadline)
+            attempt(f"streams together: {key}", sweep, model, audio, counts, 2.0 if a.quick else 8.0, deadline)
         del model
     if "server" not in skip and time.monotonic() < deadline:
-        report["server"] = server_check(model_dir, data, a.device, 2 if a.quick else 64, 3.0 if a.quick else 12.0)
+        attempt("server", server_check, model_dir, data, a.device, 2 if a.quick else 64, 3.0 if a.quick else 12.0)
     report["seconds"] = round(time.monotonic() - t_start)
     print(table(report))
     Path(a.out).write_text(json.dumps(report, indent=1, default=str))
