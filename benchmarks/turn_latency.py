@@ -9,7 +9,8 @@ Turns: the utterances of the long-form streams (their manifest segments, with 0.
 either side) and hard/'s conversational items, dealt round-robin to the clients.
 
 The end of a turn's speech is the end of its last word, from the offline transcription of the
-turn's audio span (``model.transcribe(word_timestamps=True)``, the server's model); that text is
+turn's audio span (``model.transcribe(word_timestamps=True)``, greedy with the fallback as the
+REST API's default, the server's model); that text is
 also the reference of the turn-text WER ("vs offline"), beside the WER of both against the
 manifest text.
 
@@ -113,7 +114,7 @@ def reference(model, turns: list[Turn], cache: Path | None) -> None:
     known = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
     for t in turns:
         if t.id not in known:
-            segments, _ = model.transcribe(t.audio, language="en", word_timestamps=True)
+            segments, _ = model.transcribe(t.audio, language="en", word_timestamps=True, beam_size=1)
             segments = list(segments)
             words = [w for s in segments for w in (s.words or [])]
             known[t.id] = ["".join(s.text for s in segments).strip(),
