@@ -173,9 +173,10 @@ async def play(url: str, mode: str, audio: np.ndarray, played: list[Played], del
                 elif kind == "input_audio_buffer.speech_started":
                     starts[event["item_id"]] = event["audio_start_ms"] / 1000
                 elif kind == "error":
-                    stats["errors"].append(event["error"].get("code"))
-                    if event["error"].get("event_id") == "end":
+                    if event["error"].get("event_id") == "end":  # the closing commit: nothing left open
                         finished.set()
+                    else:
+                        stats["errors"].append(event["error"].get("code"))
 
         receiver = asyncio.create_task(receive())
         t0 = loop.time()
