@@ -12,11 +12,13 @@ twice: the first commit ends a turn still open, the second (event id ``END_MARKE
 finds the buffer empty, and its error, which comes after everything the server had to say,
 ends the session.
 
-A file is sent as fast as the server takes it: the server stops reading while too much audio
-awaits its model, and TCP holds the client back (flow control). The client keeps its socket's
-send buffer small, so its keepalive pings are not queued behind a minute of audio. Any ``error``
-the server reports (an append it refused, say) is printed, and the exit status is 1: no audio
-is lost without the user being told.
+A file is sent as fast as the socket takes it: the server reads every message as it comes and
+holds the audio its model has not reached (up to its ``--max-buffered-s``, 30 minutes by
+default), so the client's keepalive pings are answered however far behind the model is. The
+client keeps its socket's send buffer small (its pings are not queued behind a minute of audio)
+and gives a pong :data:`PING_TIMEOUT_S` (a busy server may answer late; a dead one is found by
+TCP). Any ``error`` the server reports (an append it refused, say) is printed, and the exit
+status is 1: no audio is lost without the user being told.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ FLUSH_MARKER = "susurrus-client-flush"  # event ids of the two closing commits (
 END_MARKER = "susurrus-client-end"
 COMMIT_EMPTY = "input_audio_buffer_commit_empty"
 SEND_BUFFER_BYTES = 64 * 1024  # the socket's send buffer: what may wait unsent behind a keepalive ping
+# keepalive: a ping every 20 s (websockets' default) and a minute for its pong, not 20 s: on a
+# machine busy enough that the server's event loop answers late, a pong is late, not lost
+PING_INTERVAL_S, PING_TIMEOUT_S = 20.0, 60.0
 
 
 class ClientError(Exception):
@@ -156,7 +161,8 @@ async def run_client(url: str, blocks: AsyncIterator[np.ndarray], rate: int, *, 
     status = 0
     errors = 0  # error events: each may mean audio the server did not take
     refused = False  # the server refused the session (API key, session limit): nothing was transcribed
-    async with websockets.connect(url, additional_headers=headers, max_size=None) as ws:
+    async with websockets.connect(url, additional_headers=headers, max_size=None, ping_interval=PING_INTERVAL_S,
+                                  ping_timeout=PING_TIMEOUT_S) as ws:
         sock = ws.transport.get_extra_info("socket")
         if sock is not None:  # little unsent audio queued in the kernel: pings get through under flow control
             with contextlib.suppress(OSError):

@@ -84,7 +84,7 @@ def server(tiny):
     from susurrus.server.app import BackgroundServer
     from susurrus.server.realtime.settings import Limits
 
-    limits = Limits(max_message_bytes=256 * 1024, max_buffered_s=30.0, max_sessions=8)
+    limits = Limits(max_message_bytes=256 * 1024, max_sessions=8)  # the default backlog bound
     with BackgroundServer(tiny, limits=limits, workers=2) as srv:
         yield srv
 

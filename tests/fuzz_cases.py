@@ -20,7 +20,7 @@ from susurrus.server.realtime import protocol as rp
 # every error.code the realtime protocol documents (docs/architecture.md, "Limits and errors")
 REALTIME_CODES = {rp.INVALID_JSON, rp.UNKNOWN_EVENT, rp.UNSUPPORTED_EVENT, rp.INVALID_VALUE, rp.MISSING_PARAM,
                   rp.INVALID_AUDIO, rp.UNSUPPORTED_FORMAT, rp.UNSUPPORTED_RATE, rp.FORMAT_LOCKED, rp.COMMIT_EMPTY,
-                  rp.TURNS_LOCKED, rp.MESSAGE_TOO_LARGE, rp.BINARY_FRAME}
+                  rp.TURNS_LOCKED, rp.MESSAGE_TOO_LARGE, rp.BINARY_FRAME, rp.BACKLOG_FULL}
 # the REST API's (README, "OpenAI's audio REST API")
 REST_CODES = {"invalid_request", "missing_required_parameter", "invalid_value", "empty_file", "invalid_file_format",
               "audio_too_short", "audio_too_long", "file_too_large", "unsupported_value", "model_not_found"}

@@ -115,6 +115,7 @@ class ProtocolChecker:
         s = self.session
         before = _snapshot(s)
         before_item, before_turns, before_last = s.item, s.turns, s.chain.last
+        room, refusing = s.has_room, s.refusing  # past the backlog bound an append is refused (said once a run)
         self.result.steps += 1
         try:
             events, works = s.receive(frame)
@@ -153,7 +154,10 @@ class ProtocolChecker:
             n = _pcm_len(event)
             if events:
                 v.append(f"{where}: an append was answered {[e['type'] for e in events]}")
-            if n is None:
+            if n and not room and not works:  # refused silently: its run was said already
+                if not refusing or _snapshot(s) != before:
+                    v.append(f"{where}: an append past the bound was refused unsaid, or changed the session")
+            elif n is None:
                 v.append(f"{where}: broken audio accepted")
             elif (n == 0 and works) or (n and (len(works) != 1 or len(works[0].pcm) != n)):
                 v.append(f"{where}: {n} samples became {[len(w.pcm) for w in works]}")

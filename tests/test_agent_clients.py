@@ -9,6 +9,7 @@ fast they come, so every streamed test compares the turns exactly with that refe
 from __future__ import annotations
 
 import asyncio
+import base64
 from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any
@@ -142,9 +143,47 @@ def test_agents_sdk_transcribe_is_the_offline_transcription(server, tiny, two_tu
     text = asyncio.run(model.transcribe(audio, agents_voice.STTModelSettings(language="en"), False, False))
     _, wav, _ = audio.to_audio_file()
     with _one_torch_thread():
-        segments, _ = tiny.transcribe(wav.getvalue(), **transcribe_options(language="en"))
+        segments, _ = tiny.transcribe(wav.getvalue(), **transcribe_options(language="en", beam_size=1))
     assert text == "".join(s.text for s in segments).strip()
     assert corpus_error_rate([(" ".join(texts), text)]) <= 15.0
+
+
+# ---------------------------------------------------------------------------- OpenAI SDK, the default
+
+def test_openai_sdk_session_relying_on_the_default_turn_detection(server, tiny, jfk):
+    """The OpenAI SDK's realtime client, as a framework that never sets ``turn_detection`` uses
+    it: the server runs OpenAI's default (server VAD) and every turn is committed and completed
+    with no commit from the client: the reference turns of ``server_vad`` with its defaults."""
+    openai = pytest.importorskip("openai")
+    from server_helpers import SDK_WEBSOCKET_OPTIONS
+
+    pcm = np.concatenate([jfk, np.zeros(24000, np.int16)])  # 1 s of silence ends the last turn
+    expected = reference_turns(tiny, pcm, {"type": "server_vad"}, commit=False)
+
+    async def run() -> tuple[Any, list[str]]:
+        client = openai.AsyncOpenAI(api_key="any-key", base_url=f"{server.http_url}/v1",
+                                    websocket_base_url=f"ws://{server.host}:{server.port}/v1", max_retries=0)
+        async with client.realtime.connect(extra_query={"intent": "transcription"},
+                                           websocket_connection_options=SDK_WEBSOCKET_OPTIONS) as conn:
+            await conn.session.update(session={"type": "transcription", "audio": {"input": {
+                "format": {"type": "audio/pcm", "rate": 24000},
+                "transcription": {"model": "gpt-4o-transcribe", "language": "en"}}}})
+            for i in range(0, len(pcm), 2400):
+                await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i:i + 2400].tobytes()).decode())
+            updated, finals = None, []
+            async for event in conn:
+                assert event.type != "error", event
+                if event.type == "session.updated":
+                    updated = event.session.audio.input.turn_detection
+                elif event.type == "conversation.item.input_audio_transcription.completed":
+                    finals.append(event.transcript)
+                    if len(finals) == len(expected):
+                        break
+            return updated, finals
+
+    td, finals = asyncio.run(asyncio.wait_for(run(), 300))
+    assert (td.type, td.threshold, td.prefix_padding_ms, td.silence_duration_ms) == ("server_vad", 0.5, 300, 500)
+    assert finals == expected and len(finals) >= 3
 
 
 # ---------------------------------------------------------------------------- LiveKit Agents
@@ -192,5 +231,5 @@ def test_livekit_openai_plugin_realtime_and_recognize(server, tiny, jfk, two_tur
     assert finals == expected and len(finals) >= 3
     wav = rtc.combine_audio_frames([rtc.AudioFrame(short.tobytes(), 24000, 1, len(short))]).to_wav_bytes()
     with _one_torch_thread():
-        segments, _ = tiny.transcribe(wav, **transcribe_options(language="en"))
+        segments, _ = tiny.transcribe(wav, **transcribe_options(language="en", beam_size=1))
     assert text == "".join(s.text for s in segments).strip()

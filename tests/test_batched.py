@@ -234,6 +234,32 @@ def test_a_failing_generator_ends_alone(tiny):
     assert all(c > 0 for _, _, c in ended.values())
 
 
+def test_an_urgent_generator_runs_its_rounds_before_the_others(tiny):
+    """A commit's end (``urgent``) does not wait behind other streams' calls: while it is live
+    a round runs only it; the others go on after it, with the same results."""
+    net = tiny.net
+    cross = net.decoder.cross_kv(torch.zeros(1, 1500, net.dims.n_audio_state))
+
+    def steps(n: int):
+        cache = DecoderCache(cross, [None] * net.dims.n_text_layer)
+        _, cache, _, _ = yield DecodeTokens([50257, 50362], cache)
+        for _ in range(n):
+            _, cache, _, _ = yield DecodeTokens([464], cache)
+        return cache.offset
+
+    ended = []
+    lockstep = Lockstep(net)
+    lockstep.add(steps(3), lambda v, e, c: ended.append(("other", v)))
+    assert lockstep.round() == 1  # the other stream's first call
+    lockstep.add(steps(2), lambda v, e, c: ended.append(("urgent", v)), urgent=True)
+    calls = []
+    while n := lockstep.round():
+        calls.append(n)
+        if len(calls) <= 3:
+            assert len(lockstep) == 1 + (len(calls) < 3)  # the other waits while the urgent one runs
+    assert ended == [("urgent", 4), ("other", 5)] and calls == [1] * 6
+
+
 @pytest.mark.parametrize("window_ms, grid_ms", [(0.0, 0.0), (200.0, 0.0), (0.0, 200.0)])
 def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, dev_items, window_ms, grid_ms):
     """One worker process, four streams fed at once from four threads (as the server's sessions

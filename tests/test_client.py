@@ -1,6 +1,7 @@
 """``susurrus client`` against a real server on loopback: a file sent faster than the model
-transcribes it arrives whole (the server's flow control slows the client down), anything the
-server refuses makes the client fail loudly, and bad arguments fail before connecting."""
+transcribes it arrives whole (the server holds the backlog), anything the server refuses (audio
+past a small backlog bound, a message too large) makes the client fail loudly, and bad arguments
+fail before connecting."""
 
 from __future__ import annotations
 
@@ -25,15 +26,24 @@ def _run(url: str, pcm, rate: int = 24000, block_ms: int = 100, **kw) -> tuple[i
     return status, out.getvalue(), err.getvalue()
 
 
-def test_a_file_much_longer_than_the_servers_buffer_arrives_whole(guarded_server, tiny, dev_item):
-    """The guarded server holds 2 s of untranscribed audio at most; 11 s sent as fast as the
-    socket takes them lose nothing: the transcript is the whole file's."""
+def test_a_file_sent_at_once_arrives_whole(server, tiny, dev_item):
+    """11 s sent as fast as the socket takes them, the server's default backlog bound: the
+    transcript is the whole file's."""
     pcm = pcm16_at(decode_audio(dev_item(JFK).audio), 24000)
-    status, out, err = _run(guarded_server.url, pcm, api_key=KEY)
+    status, out, err = _run(server.url, pcm)
     assert status == 0, err
     assert err == ""
     assert out.strip() == stream_text(tiny, server_samples(pcm, 24000))
     assert out.strip().endswith("what you can do for your country.")
+
+
+def test_audio_past_the_servers_backlog_bound_makes_the_client_fail_and_say_so(guarded_server, dev_item):
+    """The guarded server holds 2 s of untranscribed audio at most: 11 s sent at once pass it;
+    the refused appends are reported (``input_audio_backlog_full``) and the client exits 1."""
+    pcm = pcm16_at(decode_audio(dev_item(JFK).audio), 24000)
+    status, out, err = _run(guarded_server.url, pcm, api_key=KEY)
+    assert status == 1
+    assert "input_audio_backlog_full" in err and "the transcript may be incomplete" in err
 
 
 def test_audio_the_server_refuses_makes_the_client_fail_and_say_so(guarded_server, dev_item):

@@ -119,10 +119,28 @@ def test_beta_transcription_session_and_extension_events(server, tiny, dev_item)
     assert any(e["type"] == "susurrus.interim" and e["text"] for e in c.events)
 
 
+def test_a_client_with_a_short_ping_deadline_gets_a_long_recording_sent_at_once(server, tiny, dev_item):
+    """websockets' keepalive with a 2 s pong deadline (a ping every second), 44 s of speech
+    (JFK four times) sent as fast as the socket takes it, at the server's default backlog bound:
+    the server reads every message as it comes, so each ping is answered while the model works
+    through the backlog; no disconnect, and the transcript is the whole recording's."""
+    pcm = np.concatenate([pcm16_at(decode_audio(dev_item("jfk_inaugural").audio), 24000)] * 4)
+    with Conn(server.url, ping_interval=1, ping_timeout=2) as c:
+        c.until("session.created")
+        c.send(update_event())
+        c.append(pcm, 2400)
+        c.send({"type": "input_audio_buffer.commit"})
+        done = c.until("conversation.item.input_audio_transcription.completed", timeout=600)
+    assert not c.errors()
+    assert done["transcript"] == stream_text(tiny, server_samples(pcm, 24000))
+
+
 def test_latency_preset_and_openai_delay_map_onto_stream_settings(server):
     with Conn(server.url) as c:
         created = c.until("session.created")["session"]
-        assert created["audio"]["input"]["turn_detection"] is None
+        # OpenAI's default for a transcription session: server VAD (tests/test_server_turns.py runs it)
+        assert created["audio"]["input"]["turn_detection"] == {"type": "server_vad", "threshold": 0.5,
+                                                               "prefix_padding_ms": 300, "silence_duration_ms": 500}
         assert created["susurrus"]["latency"] == "medium"
         c.send(update_event(audio={"input": {"transcription": {"model": "gpt-realtime-whisper", "delay": "minimal"}}}))
         s = c.until("session.updated")["session"]

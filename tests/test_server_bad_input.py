@@ -30,6 +30,7 @@ def serves_a_new_session(srv, headers=None) -> None:
     """A fresh connection gets session.created and transcribes a little audio to completion."""
     with Conn(srv.url, additional_headers=headers) as c:
         assert c.recv()["type"] == "session.created"
+        c.send(update_event())  # the client commits
         rng = np.random.default_rng(0)
         c.append((rng.standard_normal(4800) * 300).astype(np.int16), 2400, "n")
         c.send({"type": "input_audio_buffer.commit"})
@@ -161,18 +162,28 @@ def test_oversized_message(server, short):
     serves_a_new_session(server)
 
 
-def test_a_burst_past_the_buffer_limit_is_slowed_down_not_refused(guarded_server, tiny, short):
-    """2 s of unprocessed audio at most: a burst of ~3.6 s sent at once is read only as the model
-    catches up (flow control); nothing is refused and the commit transcribes all of it."""
+def test_a_burst_past_the_backlog_bound_is_refused_with_an_error_and_the_session_goes_on(guarded_server, short):
+    """2 s of untranscribed audio at most: a burst of ~3.6 s sent at once is read as it comes
+    (pings are answered meanwhile); the appends past the bound are refused with
+    ``input_audio_backlog_full``, said once per run of refusals, naming the first refused append;
+    what was accepted is transcribed, and the session goes on."""
     pcm, _ = short
     burst = np.concatenate([pcm, pcm])
     with Conn(guarded_server.url, additional_headers=KEY) as c:
         c.until("session.created")
-        c.append(burst, 2400, "burst")
+        c.send(update_event())
+        ids = c.append(burst, 2400, "burst")
         c.send({"type": "input_audio_buffer.commit"})
         done = c.until(COMPLETED)
+        errors = c.errors()
+        assert errors and {e["code"] for e in errors} == {"input_audio_backlog_full"}, errors
+        first = ids.index(errors[0]["event_id"])
+        assert first >= 20  # 2 s (20 appends of 0.1 s) were taken before the first refusal
+        assert "--max-buffered-s" in errors[0]["message"] and "real-time pace" in errors[0]["message"]
+        assert done["transcript"]
+        c.events.clear()
+        continues_and_transcribes(c, short)
         assert not c.errors()
-        assert done["transcript"] == stream_text(tiny, server_samples(burst, 24000))
     serves_a_new_session(guarded_server, KEY)
 
 

@@ -16,7 +16,10 @@ from susurrus.server.realtime.transcriber import Transcriber
 
 
 def _session(**limits) -> RealtimeSession:
-    return RealtimeSession(model_name="tiny.en", multilingual=False, limits=Limits(**limits), metrics=Metrics())
+    """A session whose client commits (``turn_detection: null``, as sent by ``update_event``)."""
+    session = RealtimeSession(model_name="tiny.en", multilingual=False, limits=Limits(**limits), metrics=Metrics())
+    session.receive(json.dumps({"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}))
+    return session
 
 
 def _send(session: RealtimeSession, event) -> tuple[list, list]:
@@ -41,7 +44,7 @@ def test_update_is_all_or_nothing_and_language_is_checked_against_the_model():
     events, _ = _send(session, {"type": "session.update", "session": {
         "susurrus": {"latency": "low"}, "audio": {"input": {"format": {"type": "audio/pcm", "rate": 44}}}}})
     assert events[0]["error"]["code"] == "unsupported_sample_rate"
-    assert session.settings == SessionSettings()
+    assert session.settings == SessionSettings(turn_detection=None, turn_detection_set=True)
     events, _ = _send(session, {"type": "session.update", "session": {
         "audio": {"input": {"transcription": {"language": "de"}}}}})
     assert events[0]["error"]["code"] == "invalid_value" and "English-only" in events[0]["error"]["message"]
@@ -49,22 +52,30 @@ def test_update_is_all_or_nothing_and_language_is_checked_against_the_model():
     assert events[0]["error"]["code"] == "invalid_value" and "chunk_ms" in events[0]["error"]["message"]
 
 
-def test_flow_control_counts_accepted_audio_until_the_worker_is_done():
-    """At the limit the session asks the server to stop reading (``has_room``), and never
-    refuses an append: the one read past the limit is taken like any other."""
+def test_the_backlog_bound_refuses_appends_with_an_error_until_the_worker_catches_up():
+    """Audio accepted but not transcribed is counted until the worker is done with it; past
+    ``max_buffered_s`` an append is refused with ``input_audio_backlog_full`` (said once per run
+    of refused appends, with the first one's event id), and taken again once there is room."""
     session = _session(max_buffered_s=1.0)
     second = np.zeros(12000, np.int16)  # 0.5 s at 24 kHz
     _, works = _send(session, append_event(second))
     assert session.has_room
     _, more = _send(session, append_event(second))
-    assert not session.has_room  # 1 s awaits the model: the server reads no further
+    assert not session.has_room  # 1 s awaits the model
     events, third = _send(session, append_event(second, "third"))
-    assert not events and len(works) == len(more) == len(third) == 1
+    assert not third and len(events) == 1
+    error = events[0]["error"]
+    assert (error["code"], error["event_id"], error["type"]) == ("input_audio_backlog_full", "third",
+                                                                 "invalid_request_error")
+    assert "real-time pace" in error["message"] and "--max-buffered-s" in error["message"]
+    assert _send(session, append_event(second, "fourth")) == ([], [])  # refused, not said again
     session.done(works[0])  # the worker transcribed the first half second
-    assert not session.has_room
-    session.done(more[0])
-    assert session.has_room
+    events, fifth = _send(session, append_event(second, "fifth"))
+    assert not events and len(fifth) == 1
     assert session.item is not None and session.item.accepted_samples == 3 * 12000
+    events, _ = _send(session, append_event(second, "sixth"))  # full again: said again
+    assert events[0]["error"]["event_id"] == "sixth"
+    assert session.metrics.errors[("invalid_request_error", "input_audio_backlog_full")] == 3
 
 
 def test_a_turn_signal_with_commit_ends_the_item_as_a_client_commit_would(tiny):

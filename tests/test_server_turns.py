@@ -16,13 +16,13 @@ import soundfile as sf
 from server_helpers import SDK_WEBSOCKET_OPTIONS, Conn, pcm16_at, update_event
 
 from susurrus.audio.io import decode_audio
-from susurrus.client import append_event
 from susurrus.evaluation import signals
 from susurrus.evaluation.metrics import corpus_error_rate
+from susurrus.client import append_event
 from susurrus.server.metrics import Metrics
-from susurrus.server.realtime.items import TurnStream
 from susurrus.server.realtime.session import RealtimeSession
-from susurrus.server.realtime.settings import EAGERNESS_SILENCE_MS, Limits
+from susurrus.server.realtime.items import TurnStream
+from susurrus.server.realtime.settings import EAGERNESS_SILENCE_MS, Limits, default_turn_detection
 from susurrus.server.realtime.transcriber import Transcriber
 
 UTTERANCES = (1, 7, 12)  # short LJSpeech utterances of the long-form stream: 1.9, 1.8 and 2.6 s
@@ -143,6 +143,42 @@ def test_openai_sdk_receives_server_vad_turns(server, speech):
     print("\n" + "\n".join(json.dumps({k: v for k, v in e.items() if k not in ("event_id", "session", "usage")})
                            for e in dicts if e["type"] in (STARTED, STOPPED, COMMITTED, DELTA, COMPLETED)))
     check_turns(turns_of(dicts), segments, prefix_ms=200, silence_ms=400)
+
+
+def test_a_session_that_never_sets_turn_detection_gets_openais_server_vad(server, speech):
+    """Raw protocol, no ``session.update`` at all: OpenAI's default for a transcription session
+    (server VAD, threshold 0.5, 300 ms padding, 500 ms silence) is reported in ``session.created``
+    and runs: each utterance is committed and completed by itself, with no client commit."""
+    audio, segments = speech
+    with Conn(server.url) as c:
+        td = c.until("session.created")["session"]["audio"]["input"]["turn_detection"]
+        assert td == {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500}
+        c.append(pcm16_at(audio, 24000), 2400)
+        while sum(e["type"] == COMPLETED for e in c.events) < len(segments):
+            c.recv()
+    assert not c.errors()
+    check_turns(turns_of(c.events), segments, prefix_ms=300, silence_ms=500)
+
+
+def test_the_default_follows_the_model_and_null_turns_it_off():
+    """OpenAI's realtime-only models have no server turn detection (their clients commit): a
+    session naming one without ``turn_detection`` gets ``null``; an explicit choice is kept
+    whatever model comes after; ``null`` turns server VAD off."""
+    session = _session()
+    assert session.settings.turn_detection == default_turn_detection()
+    model = {"type": "session.update", "session": {"audio": {"input": {
+        "transcription": {"model": "gpt-realtime-whisper"}}}}}
+    _send(session, model)
+    assert session.settings.turn_detection is None
+    _send(session, {"type": "session.update", "session": {"audio": {"input": {
+        "transcription": {"model": "gpt-4o-transcribe"}}}}})
+    assert session.settings.turn_detection == default_turn_detection()
+    _send(session, _vad(type="semantic_vad"))
+    _send(session, model)
+    assert session.settings.turn_detection == {"type": "semantic_vad", "eagerness": "auto"}
+    events, _ = _send(session, _vad())
+    assert session.settings.turn_detection is None and not session.settings.server_turns
+    assert events[0]["session"]["audio"]["input"]["turn_detection"] is None
 
 
 def test_client_commit_forces_the_end_of_a_turn_and_the_clock_runs_on(server, speech):
@@ -309,7 +345,7 @@ def test_turn_detection_settings_map_onto_the_stream():
         events, _ = _send(session, _vad(**bad))
         assert events[0]["error"]["code"] == "invalid_value"
         assert events[0]["error"]["param"] == f"session.audio.input.turn_detection.{param}"
-        assert session.settings.turn_detection is None
+        assert session.settings.turn_detection == default_turn_detection()  # OpenAI's default, unchanged
     _send(session, _vad(type="server_vad", threshold=0.7, prefix_padding_ms=100, silence_duration_ms=800,
                         create_response=False))
     cfg = session.settings.stream_config()

@@ -23,10 +23,12 @@ def add_limit_args(p: argparse.ArgumentParser) -> None:
                    help="longest REST upload in seconds of audio (default: %(default)s)")
     p.add_argument("--max-message-kb", type=int_range(1), default=1024,
                    help="largest client message in KiB (default: %(default)s)")
-    p.add_argument("--max-buffered-s", type=float_range(0.0, low_open=True), default=20.0,
-                   help="audio per session accepted but not yet transcribed, in seconds; at this much the "
-                        "server stops reading the connection until the model catches up, so TCP slows a fast "
-                        "sender down (flow control: no audio is refused) (default: %(default)s)")
+    p.add_argument("--max-buffered-s", type=float_range(0.0, low_open=True), default=1800.0,
+                   help="audio per session accepted but not yet transcribed, in seconds, held in memory (PCM16: "
+                        "2.9 MB a minute at 24 kHz); the server reads every message at once, so a client's "
+                        "keepalive pings are answered however far behind the model is; past this, appends are "
+                        "refused (error input_audio_backlog_full); the default holds 30 minutes sent at once "
+                        "(default: %(default)s)")
     p.add_argument("--overload-lag-s", type=float_range(0.0), default=1.5,
                    help="refuse new sessions (close code 1013, error server_overloaded; /healthz says overloaded, "
                         "/metrics susurrus_overloaded 1) while the median open session of a client sending at "

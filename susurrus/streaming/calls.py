@@ -300,8 +300,12 @@ class Lockstep:
     def __len__(self) -> int:
         return len(self._live)
 
-    def add(self, steps: Steps[Any], done: Callable[[Any, BaseException | None, float], None]) -> None:
-        self._advance(_Live(steps, None, done), None, None)
+    def add(self, steps: Steps[Any], done: Callable[[Any, BaseException | None, float], None],
+            urgent: bool = False) -> None:
+        """Start ``steps``; ``urgent`` (the end of an item a client waits for): while any urgent
+        generator is live, a round runs only the urgent ones, so that a commit's last decode
+        does not wait behind a round of other streams' steps (which wait a round or two)."""
+        self._advance(_Live(steps, None, done, urgent=urgent), None, None)
 
     def _advance(self, live: _Live, value: Any, error: BaseException | None) -> None:
         t0 = time.thread_time()
@@ -323,6 +327,9 @@ class Lockstep:
         live, self._live = self._live, []
         if not live:
             return 0
+        if any(entry.urgent for entry in live):
+            self._live = [entry for entry in live if not entry.urgent]  # they wait for the next round
+            live = [entry for entry in live if entry.urgent]
         calls = [entry.call for entry in live]
         t0 = time.thread_time()
         try:
@@ -354,3 +361,4 @@ class _Live:
     call: ModelCall | None
     done: Callable[[Any, BaseException | None, float], None]
     compute: float = 0.0
+    urgent: bool = False

@@ -4,7 +4,10 @@ the connection ends.
 
 Three tasks per connection: the reader (this loop: client messages into the session, whose
 work is queued), the worker (runs the work in order in the pool) and the sender (the events out).
-The reader stops reading while too much audio awaits the model (flow control). Endings:
+The reader reads every message as it comes, however far behind the model is, so the socket
+never holds a client's keepalive ping behind unread audio (uvicorn answers a ping once it reads
+it); the accepted audio waits in memory, bounded by ``max_buffered_s`` per session, past which
+appends are refused (``input_audio_backlog_full``). Endings:
 
 - the client leaves (or its socket fails): the queued work is dropped (``client_gone``);
 - the outgoing queue passes ``max_outbound_bytes`` (the client stopped reading): the queue is
@@ -143,7 +146,7 @@ class Connection:
         """The next deadline of this session (loop time) and the ending it brings."""
         when: float | None = None
         ending: Ending | None = None
-        if self.limits.idle_s and not self.busy and self.session.has_room:
+        if self.limits.idle_s and not self.busy:
             when = self.active + self.limits.idle_s
             ending = Ending(CLOSE_NORMAL, "idle timeout", "client_gone", ProtocolError(
                 IDLE_TIMEOUT, f"no client message for {self.limits.idle_s:g} s: the session is closed",
@@ -173,9 +176,9 @@ class Connection:
                         SERVER_SHUTTING_DOWN, "the server is shutting down", type="server_error"),
                                          finish=True, deadline=shutdown.deadline, shutdown=True)
                     break
-                if receiving is None and self.session.has_room:
-                    # flow control: while too much accepted audio awaits the model the next message
-                    # is not read; unread, the socket's buffers fill and TCP slows the sender down
+                if receiving is None:
+                    # always read on: a message left unread would hold the client's keepalive
+                    # pings behind it (the session bounds the audio it holds, ``has_room``)
                     receiving = asyncio.ensure_future(self.ws.receive())
                 self.poke.clear()
                 poked = asyncio.ensure_future(self.poke.wait())

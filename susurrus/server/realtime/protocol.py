@@ -36,6 +36,7 @@ SERVER_SHUTTING_DOWN = "server_shutting_down"
 IDLE_TIMEOUT = "idle_timeout"
 SESSION_EXPIRED = "session_expired"
 CLIENT_TOO_SLOW = "client_too_slow"
+BACKLOG_FULL = "input_audio_backlog_full"
 
 # WebSocket close codes the server uses (RFC 6455 section 7.4; 1012 is IANA's "service restart")
 CLOSE_NORMAL = 1000  # idle timeout, --max-session-s

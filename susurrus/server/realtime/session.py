@@ -54,6 +54,7 @@ from susurrus.server.realtime.items import (
     turn_policy_for,
 )
 from susurrus.server.realtime.protocol import (
+    BACKLOG_FULL,
     COMMIT_EMPTY,
     TURNS_LOCKED,
     UNKNOWN_EVENT,
@@ -91,6 +92,7 @@ class RealtimeSession:
         self.pending_s = 0.0  # accepted audio not yet transcribed
         self.accepted_s = 0.0  # all audio accepted in the session (the clock of speech_started/stopped)
         self.first_audio_at: float | None = None  # time.monotonic() of the first audio accepted
+        self.refusing = False  # appends are refused (the backlog is full) since the last error said so
 
     @property
     def previous_item_id(self) -> str | None:
@@ -119,7 +121,7 @@ class RealtimeSession:
             if kind in ("session.update", "transcription_session.update"):
                 return self._update(event, "beta" if kind.startswith("transcription_session") else "ga")
             if kind == "input_audio_buffer.append":
-                return [], self._append(event)
+                return self._append(event, event_id)
             if kind == "input_audio_buffer.commit":
                 return self.commit(event_id)
             if kind == "input_audio_buffer.clear":
@@ -152,11 +154,25 @@ class RealtimeSession:
         name = "transcription_session.updated" if dialect == "beta" else "session.updated"
         return [server_event(name, session=self._session(dialect))], works
 
-    def _append(self, event: dict[str, Any]) -> list[Work]:
+    def _append(self, event: dict[str, Any], event_id: str | None) -> tuple[list[dict[str, Any]], list[Work]]:
         pcm = decode_pcm16(event.get("audio"))
         if not len(pcm):
-            return []
+            return [], []
         seconds = len(pcm) / self.settings.rate
+        if not self.has_room:
+            # the backlog bound: this append is refused, said once per run of refused appends
+            # (a client sending hours at once would otherwise get an error per append)
+            if self.refusing:
+                self.metrics.error("invalid_request_error", BACKLOG_FULL)
+                return [], []
+            self.refusing = True
+            raise ProtocolError(BACKLOG_FULL, f"{self.pending_s:.0f} s of audio already await transcription (this "
+                                              f"server holds at most {self.limits.max_buffered_s:g} s per session, "
+                                              "--max-buffered-s): this append and the ones after it are refused "
+                                              "until the transcription catches up; send audio at real-time pace, "
+                                              "or wait for the transcripts before sending more",
+                                event_id=event_id)
+        self.refusing = False
         target: Item | TurnStream
         if self.settings.server_turns:
             target = self._turn_stream()
@@ -171,7 +187,7 @@ class RealtimeSession:
         if self.first_audio_at is None:
             self.first_audio_at = time.monotonic()
         self.metrics.accepted(seconds)
-        return [Work("append", target, pcm)]
+        return [], [Work("append", target, pcm)]
 
     def _turn_stream(self) -> TurnStream:
         if self.turns is None:
@@ -230,9 +246,10 @@ class RealtimeSession:
 
     @property
     def has_room(self) -> bool:
-        """Whether the server may read the client's next message: less than ``max_buffered_s``
-        of accepted audio awaits the model. When not, the server stops reading the socket until
-        the worker catches up (flow control: TCP slows the sender; no append is ever refused)."""
+        """Whether the next append is accepted: less than ``max_buffered_s`` of accepted audio
+        awaits the model. The server reads every message as it comes (so a client's keepalive
+        pings are answered however far behind the model is) and holds the accepted audio in
+        memory; past the bound appends are refused with ``input_audio_backlog_full``."""
         return self.pending_s < self.limits.max_buffered_s
 
     def done(self, work: Work) -> None:

@@ -5,7 +5,7 @@ and the server's per-session :class:`Limits`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from susurrus.server.realtime.protocol import (
@@ -27,6 +27,8 @@ DELAY_TO_PRESET = {"minimal": "low", "low": "low", "medium": "medium", "high": "
 LATENCIES = ("low", "medium", "high")
 # OpenAI's server_vad defaults
 SERVER_VAD_DEFAULTS = {"threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500}
+# OpenAI's realtime-only transcription models: no server turn detection (they refuse ``turn_detection``)
+CLIENT_COMMIT_MODELS = ("gpt-realtime-whisper", "gpt-live-transcribe")
 # semantic_vad ``eagerness`` onto the silence that ends a turn whose text reads as neither finished nor
 # trailing off; the stream takes 0.7x of it after a sentence end the decoder is sure of and doubles it
 # when the text trails off (``streaming.vad.text_turn_silence_ms``)
@@ -35,10 +37,14 @@ EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 500, "auto": 500, "high": 250}
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-server bounds. ``max_buffered_s``: audio accepted but not yet transcribed, per session;
-    at the limit the server stops reading the connection until the model catches up, so a client
-    sending faster than the model keeps up is slowed down by TCP (nothing is refused or dropped;
-    one message more than the limit may be held).
+    """Per-server bounds. ``max_buffered_s``: audio accepted but not yet transcribed, per session,
+    held in memory as the client's PCM16 (2.9 MB a minute at 24 kHz). The server reads every
+    message as it comes, so a client's keepalive pings are answered however far behind the model
+    is, and a client that sends a whole recording at once gets all of it transcribed; past the
+    bound appends are refused (``input_audio_backlog_full``, once per run of refused appends).
+    The default, 30 minutes (86 MB at 24 kHz, 173 MB at 48 kHz; at most 16 such sessions: 1.4 GB),
+    holds a voice note, a call or a lecture sent at once; a client sending at real-time pace
+    holds a few seconds.
 
     ``max_outbound_bytes``: server events queued for a client that does not read them, beyond
     what its socket holds; past it the session is closed (1008, the queue freed). A session
@@ -57,7 +63,7 @@ class Limits:
     are left out: their backlog is their own."""
 
     max_message_bytes: int = 1 << 20
-    max_buffered_s: float = 20.0
+    max_buffered_s: float = 1800.0
     max_sessions: int = 16
     max_outbound_bytes: int = 1 << 20
     idle_s: float = 300.0
@@ -74,7 +80,12 @@ class SessionSettings:
     language: str | None = None
     prompt: str = ""
     delay: str | None = None
-    turn_detection: dict[str, Any] | None = None
+    # OpenAI's default for a transcription session: server VAD with its documented defaults (a
+    # client that never sends ``turn_detection`` gets its turns committed; only ``null`` turns it
+    # off). ``turn_detection_set``: the client chose it; until then the default follows the model
+    # it names (:func:`default_turn_detection`)
+    turn_detection: dict[str, Any] | None = field(default_factory=lambda: default_turn_detection())
+    turn_detection_set: bool = False
     include: tuple[str, ...] = ()
     latency: str = "medium"
     chunk_ms: int | None = None
@@ -94,6 +105,16 @@ class SessionSettings:
         # the compute gate hears speech where turns do: no words outside a turn
         return replace(cfg, turns=turns, semantic_turns=semantic,
                        vad_threshold=min(0.99, max(0.01, turns.threshold)))
+
+
+def default_turn_detection(model: str | None = None) -> dict[str, Any] | None:
+    """OpenAI's ``turn_detection`` for a transcription session that never set it: ``server_vad``
+    with its documented defaults, except for the realtime-only models
+    (:data:`CLIENT_COMMIT_MODELS`), which have no server endpointing: their clients commit
+    (LiveKit's plugin, say, leaves ``turn_detection`` out for them and commits on its own VAD)."""
+    if model is not None and model.startswith(CLIENT_COMMIT_MODELS):
+        return None
+    return {"type": "server_vad", **SERVER_VAD_DEFAULTS}
 
 
 def _object(value: Any, param: str) -> dict[str, Any]:
@@ -179,6 +200,9 @@ def apply_update(settings: SessionSettings, event: dict[str, Any], *, multilingu
     for src, param in ((audio_input, "session.audio.input.turn_detection"), (s, "session.turn_detection")):
         if "turn_detection" in src:
             changes["turn_detection"] = parse_turn_detection(src["turn_detection"], param)
+            changes["turn_detection_set"] = True
+    if not settings.turn_detection_set and "turn_detection" not in changes and "model" in changes:
+        changes["turn_detection"] = default_turn_detection(changes["model"])  # the default follows the model
     if "include" in s:
         inc = s["include"]
         if inc is not None and not (isinstance(inc, list) and all(isinstance(x, str) for x in inc)):

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 
 from susurrus.audio.resampler import StreamResampler
+from susurrus.streaming.session import Committed, Interim, StreamConfig, StreamWord, TurnEnded
+from susurrus.streaming.vad import SpeechStarted, SpeechStopped
 from susurrus.server.metrics import Metrics
 from susurrus.server.realtime.items import SAMPLE_RATE, Item, Turn, TurnSignal, TurnStream, Work, WorkResult
 from susurrus.server.realtime.protocol import (
@@ -24,9 +26,7 @@ from susurrus.server.realtime.protocol import (
     new_id,
     server_event,
 )
-from susurrus.server.workers.pool import compute_clock
-from susurrus.streaming.session import Committed, Interim, StreamConfig, StreamWord, TurnEnded
-from susurrus.streaming.vad import SpeechStarted, SpeechStopped
+from susurrus.server.workers.pool import RemoteStream, compute_clock
 
 _steps = threading.local()
 
@@ -106,9 +106,15 @@ class Transcriber:
                 events += self._feed(item, samples, final=False, latencies=latencies)
                 fed_s = work.audio_s
             elif work.kind == "commit":
-                tail = resampler.flush()
-                events += self._feed(item, tail, final=True, latencies=latencies)
-                events += self._events(item, _stepped(stream, "finish"), latencies)
+                # the audio not fed yet and the end in one request (a worker runs it before other
+                # streams' steps): the commit waits for its own decode only
+                pieces = self._pieces(item, resampler.flush(), final=True)
+                if isinstance(stream, RemoteStream):
+                    events += self._events(item, _stepped(stream, "finish", pieces), latencies)
+                else:
+                    for piece in pieces:
+                        events += self._events(item, _stepped(stream, "feed", piece), latencies)
+                    events += self._events(item, _stepped(stream, "finish"), latencies)
                 events.append(server_event(
                     "conversation.item.input_audio_transcription.completed", item_id=item.id, content_index=0,
                     transcript="".join(item.deltas),
@@ -132,19 +138,31 @@ class Transcriber:
               ) -> list[dict[str, Any]]:
         """Feed the stream whole ``chunk_ms`` blocks, one per call, as ``susurrus stream`` does:
         a step then reads exactly its block's audio, so the text does not depend on how the
-        client cut its appends (the rest waits for the next append, or the commit)."""
+        client cut its appends (the rest waits for the next append, or the commit); a turn
+        stream is fed all its audio as it comes (:meth:`_pieces`)."""
         assert item.stream is not None
-        audio = np.concatenate([item.carry, samples]) if len(item.carry) else samples
-        block = item.config.step_samples
-        whole = len(audio) if final else len(audio) - len(audio) % block
         events: list[dict[str, Any]] = []
-        for i in range(0, whole, block):
-            new = _stepped(item.stream, "feed", audio[i:min(i + block, whole)])
+        for piece in self._pieces(item, samples, final):
+            new = _stepped(item.stream, "feed", piece)
             events += (self._turn_events(item, new, latencies) if isinstance(item, TurnStream)
                        else self._events(item, new, latencies))
+        return events
+
+    @staticmethod
+    def _pieces(item: Item | TurnStream, samples: np.ndarray, final: bool) -> list[np.ndarray]:
+        """``samples`` after the carried audio in whole ``chunk_ms`` blocks (``final``: the rest
+        too); what is left is carried to the next call, and ``item.fed`` counts the pieces.
+
+        A turn stream takes all its audio at once: a stream with turns cuts what it is fed at
+        every VAD frame's end and step boundary itself (``StreamSession.feed_steps``), so its
+        text does not depend on the pieces, and the silence that ends a turn is heard as soon as
+        it arrives, not up to a block (640 ms at the medium preset) later."""
+        audio = np.concatenate([item.carry, samples]) if len(item.carry) else samples
+        block = item.config.step_samples
+        whole = len(audio) if final or isinstance(item, TurnStream) else len(audio) - len(audio) % block
         item.carry = audio[whole:].copy()
         item.fed += whole
-        return events
+        return [audio[i:min(i + block, whole)] for i in range(0, whole, block)]
 
     def _events(self, item: Item, stream_events: list, latencies: list[float]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -207,7 +225,9 @@ class Transcriber:
                     self.metrics.error("invalid_request_error", COMMIT_EMPTY)
                     events.append(error_event(ProtocolError(
                         COMMIT_EMPTY, "input audio buffer holds no speech to commit: with server turn detection "
-                                      "each turn is committed when its speech stops", event_id=work.event_id)))
+                                      "(the default, as OpenAI's) each turn is committed when its speech stops; "
+                                      "to commit turns yourself, set turn_detection to null",
+                        event_id=work.event_id)))
                 elif ts.stream is not None:
                     # a client commit (or new settings) ends the open turn here: the stream finishes
                     # (its turn completes) and the next audio starts a new one

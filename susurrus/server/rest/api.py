@@ -2,12 +2,12 @@
 and ``GET /v1/models``, beside the realtime WebSocket in ``susurrus serve``.
 
 An upload (multipart ``file``, any format :func:`~susurrus.audio.io.decode_audio` reads) is
-transcribed offline with exactly the options ``susurrus transcribe`` uses by default
-(``offline.transcribe_options``: beam search of 5, the temperature fallback ladder), so the text
-is the command's for the same file and settings; ``response_format`` picks OpenAI's shape
-(``json``, ``verbose_json``) or the command's own files (``text`` = ``-f txt``, ``srt``,
-``vtt``). With ``stream=true`` the file is fed to the incremental streaming engine instead (as
-``susurrus stream FILE`` does) and the answer is server-sent events: a
+transcribed offline with the options of ``susurrus transcribe --beam-size 1``
+(:data:`REST_BEAM_SIZE`: greedy decoding, the temperature fallback ladder when a window's
+decode fails its checks), so the text is that command's for the same file and settings;
+``response_format`` picks OpenAI's shape (``json``, ``verbose_json``) or the command's own
+files (``text`` = ``-f txt``, ``srt``, ``vtt``). With ``stream=true`` the file is fed to the
+incremental streaming engine instead (as ``susurrus stream FILE`` does) and the answer is server-sent events: a
 ``transcript.text.delta`` for each piece of committed text, as soon as it is committed, then
 ``transcript.text.done``.
 
@@ -98,6 +98,14 @@ class LimitedBody:
             self.done = not message.get("more_body", False)
 
 
+# Greedy decoding first, the temperature fallback only for a window whose decode fails its
+# checks: the default of openai/whisper's ``transcribe()`` (its CLI's is beam 5). Beam 5 costs
+# 1.8x the compute (tiny.en on dev: 0.194 against 0.109 core-s per audio second) for 0.3 WER
+# points (5.35 against 5.69 %, docs/benchmarks.md); greedy keeps a 10-minute upload inside the
+# OpenAI SDK's 600 s timeout on a busy machine. OpenAI's API has no beam parameter to ask for more.
+REST_BEAM_SIZE = 1
+
+
 @dataclass(frozen=True)
 class AudioRequest:
     """A checked request: what to run and how to answer."""
@@ -111,9 +119,10 @@ class AudioRequest:
     stream: bool
 
     def options(self) -> dict[str, Any]:
-        """``susurrus transcribe``'s options for this request."""
+        """``susurrus transcribe --beam-size 1``'s options for this request."""
         return offline.transcribe_options(language=self.language, task=self.task, temperature=self.temperature,
-                                          word_timestamps=self.words, initial_prompt=self.prompt or None)
+                                          word_timestamps=self.words, initial_prompt=self.prompt or None,
+                                          beam_size=REST_BEAM_SIZE)
 
 
 def accepted_models(model: Any) -> tuple[str, ...]:

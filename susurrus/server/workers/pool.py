@@ -368,8 +368,9 @@ class RemoteStream(RemoteObject):
     def feed(self, pcm: np.ndarray) -> list[Any]:
         return self._call("feed", np.ascontiguousarray(pcm))
 
-    def finish(self) -> list[Any]:
-        return self._call("finish")
+    def finish(self, tail: list[np.ndarray] | None = None) -> list[Any]:
+        """The stream's end; ``tail``: audio pieces fed first, in the same request."""
+        return self._call("finish", [np.ascontiguousarray(p) for p in tail] if tail else None)
 
     def get(self, name: str) -> Any:
         return self._call("get", name)

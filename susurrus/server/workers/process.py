@@ -58,6 +58,16 @@ class ModelSpec:
     device: str = "cpu"  # where it loads the model (a CUDA card: one worker owns it, every session stepped together)
 
 
+def finish_steps(stream: Any, tail: list[Any] | None) -> Any:
+    """``finish`` with the audio not fed yet (``tail``: pieces fed first, in order): one request,
+    so a commit's end runs as one urgent generator instead of a feed that waits for a round."""
+    events: list[Any] = []
+    for piece in tail or ():
+        events += yield from stream.feed_steps(piece)
+    events += yield from stream.finish_steps()
+    return events
+
+
 def portable(err: BaseException) -> BaseException:
     """``err`` if it survives pickling, else a RuntimeError with its type and message."""
     try:
@@ -195,7 +205,7 @@ class WorkerLoop:
         if op in STEPPED and self.batched:
             try:
                 stream = self.sessions[sid]
-                steps = stream.feed_steps(arg) if op == "feed" else stream.finish_steps()
+                steps = stream.feed_steps(arg) if op == "feed" else finish_steps(stream, arg)
             except KeyError:
                 self._reply(req, False, RuntimeError(f"no stream {sid} in this worker"), 0.0, sid)
             except Exception as err:  # noqa: BLE001 - bad audio, a finished stream: the caller raises it
@@ -205,7 +215,8 @@ class WorkerLoop:
                     self._hold(req, sid, steps)
                     return
                 self.busy[sid] = deque()
-                self.lockstep.add(steps, self._ender(req, sid))
+                # the end of an item: a client waits for its ``completed``, so its rounds go first
+                self.lockstep.add(steps, self._ender(req, sid), urgent=op == "finish")
             return
         t0 = time.perf_counter()
         try:
@@ -240,7 +251,7 @@ class WorkerLoop:
         if op == "feed":
             return sessions[sid].feed(arg)
         if op == "finish":
-            return sessions[sid].finish()
+            return [e for piece in arg or () for e in sessions[sid].feed(piece)] + sessions[sid].finish()
         if op == "get":
             return getattr(sessions[sid], arg)
         if op == "stats":  # how much the lockstep batched so far
