@@ -21,8 +21,8 @@ import torch
 from server_helpers import Conn, metrics, stream_text, wait_for_metric
 
 from susurrus.audio.io import decode_audio
-from susurrus.evaluation.metrics import corpus_error_rate
 from susurrus.decoding.offline import transcribe_options
+from susurrus.evaluation.metrics import corpus_error_rate
 
 openai = pytest.importorskip("openai")
 
@@ -161,9 +161,9 @@ def test_translations_return_english_from_the_multilingual_model(base_server, ba
 @pytest.fixture(scope="module")
 def strict_server(tiny):
     """An API key, one session or request at a time, 600 KiB and 8 s of audio per upload."""
+    from susurrus.server.app import BackgroundServer
     from susurrus.server.realtime.settings import Limits
     from susurrus.server.rest.api import UploadLimits
-    from susurrus.server.app import BackgroundServer
 
     with BackgroundServer(tiny, limits=Limits(max_sessions=1), api_key="test-key", workers=0,
                           uploads=UploadLimits(max_bytes=600 * 1024, max_seconds=8.0)) as srv:

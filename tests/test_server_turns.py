@@ -16,12 +16,12 @@ import soundfile as sf
 from server_helpers import SDK_WEBSOCKET_OPTIONS, Conn, pcm16_at, update_event
 
 from susurrus.audio.io import decode_audio
+from susurrus.client import append_event
 from susurrus.evaluation import signals
 from susurrus.evaluation.metrics import corpus_error_rate
-from susurrus.client import append_event
 from susurrus.server.metrics import Metrics
-from susurrus.server.realtime.session import RealtimeSession
 from susurrus.server.realtime.items import TurnStream
+from susurrus.server.realtime.session import RealtimeSession
 from susurrus.server.realtime.settings import EAGERNESS_SILENCE_MS, Limits, default_turn_detection
 from susurrus.server.realtime.transcriber import Transcriber
 

@@ -14,8 +14,6 @@ from typing import Any
 import numpy as np
 
 from susurrus.audio.resampler import StreamResampler
-from susurrus.streaming.session import Committed, Interim, StreamConfig, StreamWord, TurnEnded
-from susurrus.streaming.vad import SpeechStarted, SpeechStopped
 from susurrus.server.metrics import Metrics
 from susurrus.server.realtime.items import SAMPLE_RATE, Item, Turn, TurnSignal, TurnStream, Work, WorkResult
 from susurrus.server.realtime.protocol import (
@@ -27,6 +25,8 @@ from susurrus.server.realtime.protocol import (
     server_event,
 )
 from susurrus.server.workers.pool import RemoteStream, compute_clock
+from susurrus.streaming.session import Committed, Interim, StreamConfig, StreamWord, TurnEnded
+from susurrus.streaming.vad import SpeechStarted, SpeechStopped
 
 _steps = threading.local()
 
