@@ -129,15 +129,14 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
 
 
 def cmd_client(args: argparse.Namespace) -> int:
-    from susurrus.transports.client import main_client
+    from susurrus.transports.cli_args import UsageError, check_input_file
 
     if (args.input is None) == (not args.mic):
-        print("susurrus client: give an audio FILE or --mic (one of them)", file=sys.stderr)
-        return 2
-    if args.input is not None and not Path(args.input).is_file():
-        what = "is a folder, not an audio file" if Path(args.input).is_dir() else "no such file"
-        print(f"susurrus client: {args.input}: {what}", file=sys.stderr)
-        return 2
+        raise UsageError("give an audio FILE or --mic (one of them)")
+    if args.input is not None:
+        check_input_file(args.input)
+    from susurrus.transports.client import main_client
+
     return main_client(args.url, args.input, mic=args.mic, realtime=args.realtime, rate=args.rate,
                        block_ms=args.block_ms, latency=args.latency, language=args.language,
                        api_key=args.api_key, turns=args.turns)

@@ -65,11 +65,13 @@ class InterruptibleReader:
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
-    from susurrus.streaming.session import stream_config
+    # everything that can be checked is checked before PyTorch, the model and the audio
+    if args.input != "-":
+        check_input_file(args.input)
+    from susurrus.streaming.config import stream_config
     from susurrus.streaming.vad import TurnConfig
     from susurrus.transports.pcm_input import declared_format
 
-    # everything that can be checked is checked before the model loads and the audio is read
     turns = TurnConfig(silence_duration_ms=args.silence_ms) if args.turns or args.semantic_turns else None
     settings = dict(chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms, commit_margin_ms=args.commit_margin_ms,
                     silence_context_ms=args.silence_context_ms, prompt=args.prompt,
@@ -88,7 +90,6 @@ def cmd_stream(args: argparse.Namespace) -> int:
     else:
         if (args.rate, args.channels) != (16000, 1):
             raise UsageError("--rate and --channels describe raw PCM on stdin ('-'); a file says its own format")
-        check_input_file(args.input)
         audio = _decode(args.input)
         name = Path(args.input).stem
 
