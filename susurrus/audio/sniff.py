@@ -20,7 +20,7 @@ def sniff(head: bytes) -> str | None:
         return "flac"
     if head[:4] == b"OggS":
         return "ogg"
-    if head[:3] == b"ID3" or len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0:
+    if head[:3] == b"ID3" or _mpeg_frame(head):
         return "mp3"
     if head[4:8] == b"ftyp":
         return "mp4"
@@ -31,6 +31,17 @@ def sniff(head: bytes) -> str | None:
     if head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
         return "aiff"
     return None
+
+
+def _mpeg_frame(head: bytes) -> bool:
+    """Whether ``head`` starts with a valid MPEG audio Layer III frame header (an MP3 without an
+    ID3 tag): the sync bits and no reserved version, bitrate, sample rate or emphasis. Strict, as
+    raw PCM may start with 0xFF bytes (a 16-bit sample of -1 is FF FF, and is not a frame)."""
+    if len(head) < 4 or head[0] != 0xFF or head[1] & 0xE0 != 0xE0:
+        return False
+    version, layer = (head[1] >> 3) & 3, (head[1] >> 1) & 3
+    bitrate, rate = head[2] >> 4, (head[2] >> 2) & 3
+    return version != 1 and layer == 1 and 0 < bitrate < 15 and rate != 3 and head[3] & 3 != 2
 
 
 def have_ffmpeg() -> bool:

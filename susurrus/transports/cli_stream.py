@@ -108,7 +108,12 @@ def cmd_stream(args: argparse.Namespace) -> int:
                                              explicit=explicit)
         else:
             blocks = (audio[i:i + block] for i in range(0, len(audio), block))
-        status = _run(args, stream, blocks, interrupt)
+        from susurrus.transports.pcm_input import InputError
+
+        try:
+            status = _run(args, stream, blocks, interrupt)
+        except InputError as err:  # standard input nothing here decodes: said before any text
+            raise UsageError(str(err)) from None
         if interrupt.requested and audio is not None:
             status = 130  # a file cut short: the output holds what was heard
         if args.output_format:
