@@ -441,6 +441,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     r.set_defaults(func=cmd_serve_ray)
 
+    e = sub.add_parser("example", help="print the path of the example clip shipped with susurrus (JFK, 11 s)",
+                       description="Print the path of the example audio shipped with the package: 11 s of JFK's "
+                                   "inaugural address (public domain, FLAC), for a first try of any command: "
+                                   'susurrus transcribe "$(susurrus example)"')
+    e.set_defaults(func=lambda args: print(__import__("susurrus").example_audio()) or 0)
+
     c = sub.add_parser("client", help="stream a file or the microphone to a realtime server",
                        description="Connect to a susurrus (or any OpenAI Realtime transcription) server, stream "
                                    "audio as one item (or, with --turns, as speech turns the server detects) and "
