@@ -44,6 +44,7 @@ def main() -> int:
             kept = info.duration_after_vad if vad else kept
         (e0, n), (e1, _) = error_counts(item.text, texts[0]), error_counts(item.text, texts[1])
         rows.append((item, e0, e1, n, len(audio) / 16000, kept, *texts))
+        print(f"{item.id}\t{e0}\t{e1}\t{n}\t{'; '.join(item.conditions)}", file=sys.stderr, flush=True)  # partial runs
 
     def line(name: str, group: list) -> str:
         n = sum(r[3] for r in group)
