@@ -130,12 +130,16 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
 
 def cmd_client(args: argparse.Namespace) -> int:
     from susurrus.transports.cli_args import UsageError, check_input_file
+    from susurrus.transports.client import ClientError, check_url, main_client  # (no PyTorch)
 
     if (args.input is None) == (not args.mic):
         raise UsageError("give an audio FILE or --mic (one of them)")
+    try:
+        check_url(args.url)
+    except ClientError as err:
+        raise UsageError(str(err)) from None
     if args.input is not None:
         check_input_file(args.input)
-    from susurrus.transports.client import main_client
 
     return main_client(args.url, args.input, mic=args.mic, realtime=args.realtime, rate=args.rate,
                        block_ms=args.block_ms, latency=args.latency, language=args.language,
