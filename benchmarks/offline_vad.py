@@ -30,10 +30,21 @@ def main() -> int:
     ap.add_argument("--sets", default="dev,hard")
     ap.add_argument("--beam-size", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--per-condition", type=int, default=None, metavar="N",
+                    help="at most N items of each condition (the first N in the manifest), for a quick subset")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model = susurrus.load_model(args.model)
     items = [i for name in args.sets.split(",") for i in read_manifest(SHARED_DATA / name) if i.language == "en"]
+    if args.per_condition:
+        seen: dict[str, int] = {}
+        subset = []
+        for i in items:
+            cond = i.conditions[1] if len(i.conditions) > 1 else i.conditions[0]
+            seen[cond] = seen.get(cond, 0) + 1
+            if seen[cond] <= args.per_condition:
+                subset.append(i)
+        items = subset
     rows = []  # (item, errors without, errors with, units, seconds, seconds kept, text without, text with)
     for item in tqdm(items, file=sys.stderr, disable=not sys.stderr.isatty()):
         audio = decode_audio(item.audio)
