@@ -25,7 +25,16 @@ _WHERE = {
 }
 
 __all__ = ["Committed", "Interim", "Segment", "StreamConfig", "StreamSession", "StreamWord", "TranscriptionInfo",
-           "Word", "WhisperModel", "load_model"]
+           "Word", "WhisperModel", "example_audio", "load_model"]
+
+
+def example_audio() -> str:
+    """The path of the example clip shipped with the package: 11 s of JFK's inaugural address
+    (public domain, 16 kHz mono FLAC), "And so, my fellow Americans, ask not what your country can
+    do for you, ask what you can do for your country." (``susurrus example`` prints it)."""
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parent / "data" / "jfk.flac")
 
 
 def __getattr__(name: str) -> Any:

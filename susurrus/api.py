@@ -116,6 +116,9 @@ class WhisperModel:
         Returns ``(segments, info)``: ``segments`` is a lazy iterator, so decoding happens as it
         is consumed. Options are those of :class:`TranscribeOptions` (``language``, ``task``,
         ``beam_size``, ``temperature``, ``word_timestamps``, ``without_timestamps``, ...).
+        ``vad=True`` (the default) transcribes only the speech Silero VAD finds, as the stream
+        does, with every time in the original audio's time base (``decoding/gate.py``): silence
+        and noise give no segment; ``vad=False`` transcribes every 30 s window, as Whisper does.
         """
         known = {f.name for f in fields(TranscribeOptions)}
         unknown = sorted(set(options) - known)
@@ -127,7 +130,23 @@ class WhisperModel:
         if opts.language is not None and self.is_multilingual:
             self.tokenizer.with_options(opts.language, opts.task)  # validates the language code
         samples = decode_audio(audio)
-        return transcribe(self.net, self.tokenizer, samples, opts)
+        if not opts.vad:
+            return transcribe(self.net, self.tokenizer, samples, opts)
+        from susurrus.decoding import gate
+
+        if self._vad is None:
+            self._vad = load_vad()
+        spans = gate.speech_spans(gate.speech_probabilities(self._vad, samples), len(samples))
+        kept = gate.keep_speech(samples, spans)
+        duration = len(samples) / gate.SAMPLE_RATE
+        if not len(kept):  # no speech: no text, and no language to detect
+            info = TranscriptionInfo(language=opts.language or "en", language_probability=0.0 if
+                                     opts.language is None and self.is_multilingual else 1.0, duration=duration,
+                                     task=opts.task if self.is_multilingual else "transcribe", duration_after_vad=0.0)
+            return iter(()), info
+        segments, info = transcribe(self.net, self.tokenizer, kept, opts)
+        times = gate.TimeMap(tuple(spans))
+        return gate.mapped(segments, times), gate.gated_info(info, duration, len(kept) / gate.SAMPLE_RATE)
 
 
     def stream(self, latency: str | None = None, *, chunk_ms: int | None = None,

@@ -33,11 +33,10 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any, TextIO
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from susurrus.audio.io import decode_audio
 from susurrus.cli.display import LiveDisplay
 
 FLUSH_MARKER = "susurrus-client-flush"  # event ids of the two closing commits (--turns)
@@ -57,7 +56,8 @@ def check_url(url: str) -> str:
     """``url`` if it is a WebSocket URL with a host, else :class:`ClientError` saying why."""
     parts = urlsplit(url)
     if parts.scheme in ("http", "https"):
-        hint = url.replace(parts.scheme, "ws" if parts.scheme == "http" else "wss", 1)
+        path = parts.path if parts.path.rstrip("/") not in ("", "/v1") else "/v1/realtime"
+        hint = urlunsplit(("ws" if parts.scheme == "http" else "wss", parts.netloc, path, parts.query, ""))
         raise ClientError(f"{url} is an HTTP URL; the realtime endpoint is a WebSocket: {hint}")
     if parts.scheme not in ("ws", "wss") or not parts.hostname:
         raise ClientError(f"{url} is not a WebSocket URL (ws://HOST:PORT/v1/realtime)")
@@ -92,6 +92,8 @@ def to_pcm16(samples: np.ndarray) -> np.ndarray:
 
 def load_file(path: str, rate: int) -> np.ndarray:
     """The file as int16 at ``rate`` (decoded before connecting: a bad file fails first)."""
+    from susurrus.audio.io import decode_audio  # PyTorch (its resampler): after the arguments are checked
+
     try:
         audio = decode_audio(path, sampling_rate=rate)
     except (OSError, ValueError) as err:
@@ -269,7 +271,7 @@ def main_client(url: str, source: str | None, *, mic: bool, realtime: bool, rate
             assert source is not None
             blocks = file_blocks(load_file(source, rate), rate, block_ms, realtime)
     except ClientError as err:
-        print(f"susurrus client: {err}", file=sys.stderr)
+        print(f"susurrus client: error: {err}", file=sys.stderr)
         return 2
     try:
         return asyncio.run(run_client(url, blocks, rate, latency=latency, language=language, api_key=api_key,
@@ -277,8 +279,8 @@ def main_client(url: str, source: str | None, *, mic: bool, realtime: bool, rate
     except websockets.InvalidStatus as err:
         code = err.response.status_code
         hint = " (is the path /v1/realtime?)" if code in (403, 404) else ""
-        print(f"susurrus client: {url} refused the WebSocket connection: HTTP {code}{hint}", file=sys.stderr)
+        print(f"susurrus client: error: {url} refused the WebSocket connection: HTTP {code}{hint}", file=sys.stderr)
         return 2
     except (OSError, websockets.InvalidHandshake, websockets.InvalidURI, asyncio.TimeoutError) as err:
-        print(f"susurrus client: cannot connect to {url}: {err}", file=sys.stderr)
+        print(f"susurrus client: error: cannot connect to {url}: {err}", file=sys.stderr)
         return 2

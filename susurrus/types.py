@@ -39,3 +39,4 @@ class TranscriptionInfo:
     duration: float
     task: str = "transcribe"
     all_language_probs: list[tuple[str, float]] | None = field(default=None, repr=False)
+    duration_after_vad: float | None = None  # the audio left once the voice activity gate cut non-speech

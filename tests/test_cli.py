@@ -51,7 +51,7 @@ def test_bad_arguments_fail_with_one_line_before_any_work(capsys, junk, dev_item
     wav = str(dev_item(SHORT).audio)
     cases = [
         (["stream", str(junk / "empty.wav")], "the file is empty"),
-        (["stream", str(junk / "text.wav")], "could not decode audio"),
+        (["stream", str(junk / "text.wav")], "does not look like audio"),
         (["stream", str(junk / "folder")], "is a folder"),
         (["stream", wav, "--chunk-ms", "7"], "--chunk-ms: must be within 20..5000 ms, not 7"),
         (["stream", wav, "--chunk-ms", "0"], "--chunk-ms"),
@@ -65,9 +65,9 @@ def test_bad_arguments_fail_with_one_line_before_any_work(capsys, junk, dev_item
         (["transcribe", wav, "--beam-size", "0"], "--beam-size: must be within 1..100"),
         (["transcribe", wav, "--temperature", "-1"], "--temperature: must be at least 0"),
         (["transcribe", str(junk / "folder")], "is a folder"),
-        (["bench", str(junk / "text.wav")], "not readable audio"),
+        (["bench", str(junk / "text.wav")], "does not look like audio"),
         (["client", "http://127.0.0.1:9/v1/realtime", wav], "is an HTTP URL"),
-        (["client", "ws://127.0.0.1:9/v1/realtime", str(junk / "text.wav")], "could not decode audio"),
+        (["client", "ws://127.0.0.1:9/v1/realtime", str(junk / "text.wav")], "does not look like audio"),
         (["serve", "--threads", "0"], "--threads: must be at least 1"),
     ]
     for argv, message in cases:

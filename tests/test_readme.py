@@ -1,6 +1,6 @@
-"""The README's Python snippets, run as written: the only changes are a real recording for the
-placeholders (``speech.wav``, ``microphone_blocks()``, ``blocks_of_24khz_int16()``) and the
-test server's address for the SDK's."""
+"""The README's Python snippets (and docs/clients.md's), run as written, each in a fresh namespace,
+on the example clip shipped with the package: the only change is the test server's address for
+the clients'."""
 
 from __future__ import annotations
 
@@ -8,59 +8,62 @@ import contextlib
 import io
 import re
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-from server_helpers import pcm16_at, server_samples, stream_text
+from server_helpers import server_samples, stream_text
 
+import susurrus
 from susurrus.audio.io import decode_audio
 
-REPO_README = Path(__file__).resolve().parents[1] / "README.md"
-JFK = "jfk_inaugural"  # 11 s, ends "... ask what you can do for your country."
-SHORT = "ljspeech_LJ001-0002"  # 1.9 s: "in being comparatively modern."
+REPO = Path(__file__).resolve().parents[1]
+REPO_README = REPO / "README.md"
+CLIENTS = REPO / "docs" / "clients.md"
+# each README snippet, by a line only it has: every snippet must be one of these (so none goes untested)
+MARKERS = {"transcribe": "model.transcribe(", "live": "stream.events(", "many": "model.streams()",
+           "rest": "audio.transcriptions.create", "sdk": "client.realtime.connect", "livekit": "livekit.plugins"}
 
 
-def readme_snippets() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", REPO_README.read_text(), flags=re.S)
+def readme_snippets(path: Path = REPO_README) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
-def _run(code: str, namespace: dict) -> str:
+def snippet(name: str, path: Path = REPO_README) -> str:
+    found = [s for s in readme_snippets(path) if MARKERS.get(name, name) in s]
+    assert len(found) == 1, f"{path.name}: {len(found)} snippets with {MARKERS.get(name, name)!r}"
+    return found[0]
+
+
+def test_every_readme_snippet_is_one_the_tests_run():
+    for code in readme_snippets():
+        assert sum(marker in code for marker in MARKERS.values()) == 1, code
+
+
+def _run(code: str, namespace: dict | None = None) -> tuple[str, dict]:
+    namespace = {} if namespace is None else namespace
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
-    return out.getvalue()
+    return out.getvalue(), namespace
 
 
-def test_the_readmes_python_snippets_run_as_written(server, tiny, dev_item):
-    path = dev_item(JFK).audio
-    audio = decode_audio(path)
-    pcm24 = pcm16_at(audio, 24000)
+def _example_at_24khz() -> np.ndarray:
+    return (decode_audio(susurrus.example_audio(), sampling_rate=24000) * 32767).astype(np.int16)
 
-    def microphone_blocks() -> Iterator[np.ndarray]:
-        pcm = (audio * 32767).astype(np.int16)
-        for i in range(0, len(pcm), 1600):  # 100 ms blocks, as a sound card delivers them
-            yield pcm[i:i + 1600]
 
-    def blocks_of_24khz_int16() -> Iterator[np.ndarray]:
-        for i in range(0, len(pcm24), 2400):
-            yield pcm24[i:i + 2400]
+def test_the_readmes_python_snippets_run_as_written(server, tiny):
+    audio = decode_audio(susurrus.example_audio())
+    transcribe, live, many, sdk = (snippet(name) for name in ("transcribe", "live", "many", "sdk"))
+    assert "ws://127.0.0.1:8000/v1" in sdk
 
-    transcribe, live, many, sdk, *servers = readme_snippets()
-    assert '"speech.wav"' in transcribe and "ws://127.0.0.1:8000/v1" in sdk
-    namespace: dict = {"microphone_blocks": microphone_blocks, "blocks_of_24khz_int16": blocks_of_24khz_int16}
+    printed, _ = _run(transcribe)
+    assert printed.startswith("[0.") and printed.rstrip().endswith("country.")
 
-    printed = _run(transcribe.replace('"speech.wav"', repr(str(path))), namespace)
-    assert printed.startswith("[0.30 -> ") and printed.rstrip().endswith("country.")
-
-    printed = _run(live, namespace)
-    expected = stream_text(tiny, (audio * 32767).astype(np.int16).astype(np.float32) / 32768)
-    assert printed.strip() == expected
+    printed, _ = _run(live)
+    assert printed.strip() == stream_text(tiny, audio)
     assert printed.strip().endswith("what you can do for your country.")  # the last words, from finish
 
-    # many streams stepped together: two calls, one fed the whole recording and one its first 4 s
-    namespace.update(open_calls=["left", "right"], new_audio={"left": audio, "right": audio[:4 * 16000]})
-    _run(many, namespace)
+    _, namespace = _run(many)  # two calls, one fed the whole recording and one its first 4 s
     calls, events, last = namespace["calls"], namespace["events"], namespace["last"]
     assert set(events) == set(last) == set(calls.values())
     assert calls["left"].text.strip() == stream_text(tiny, audio)
@@ -71,34 +74,28 @@ def test_the_readmes_python_snippets_run_as_written(server, tiny, dev_item):
         # outside a `with` (the tests' own SDK calls pass legacy=True; a user never sees it: Python
         # hides a library's DeprecationWarning), and the README stays right for every version
         warnings.filterwarnings("ignore", r"connect\(\) must be used as a context manager", DeprecationWarning)
-        printed = _run(sdk.replace("ws://127.0.0.1:8000/v1", f"ws://{server.host}:{server.port}/v1"), namespace)
+        printed, _ = _run(sdk.replace("ws://127.0.0.1:8000/v1", f"ws://{server.host}:{server.port}/v1"))
     deltas, transcript = printed.rstrip("\n").rsplit("\n", 1)
-    assert transcript == deltas == stream_text(tiny, server_samples(pcm24, 24000))
+    assert transcript == deltas == stream_text(tiny, server_samples(_example_at_24khz(), 24000))
 
 
-def test_the_readmes_rest_and_agent_snippets_run_as_written(server, tiny, dev_item):
-    """The REST snippet (official SDK), the OpenAI Agents SDK snippet and the LiveKit plugin's
-    (it only builds the STT: using it needs a LiveKit job, or what tests/test_agent_clients.py
-    does), on a short recording and the test server's address."""
-    *_, rest, agents, livekit = readme_snippets()
-    path = dev_item(SHORT).audio
-    audio = decode_audio(path)
-    pcm24 = pcm16_at(audio, 24000)
+def test_the_readmes_rest_and_agent_snippets_run_as_written(server, tiny):
+    """The REST snippet (official SDK), docs/clients.md's OpenAI Agents SDK snippet and the
+    LiveKit plugin's (it only builds the STT: using it needs a LiveKit job, or what
+    tests/test_agent_clients.py does), at the test server's address."""
+    rest, livekit = snippet("rest"), snippet("livekit")
+    agents = snippet("agents.voice", CLIENTS)
     url = f"{server.http_url}/v1"
-    assert '"speech.wav"' in rest and rest.count("http://127.0.0.1:8000/v1") == 1
-    printed = _run(rest.replace('"speech.wav"', repr(str(path))).replace("http://127.0.0.1:8000/v1", url), {})
+    assert rest.count("http://127.0.0.1:8000/v1") == 1
+    printed, _ = _run(rest.replace("http://127.0.0.1:8000/v1", url))
     first, *srt, streamed = printed.rstrip("\n").split("\n")  # json's text, the srt file, the deltas
-    assert first.lower().startswith("in being comparatively modern")
-    assert srt[0] == "1" and srt[1].startswith("00:00:00,000 --> ")
-    assert streamed == stream_text(tiny, audio)
+    assert first.lower().startswith("and so my fellow americans")
+    assert srt[0] == "1" and srt[1].startswith("00:00:00,")
+    assert streamed == stream_text(tiny, decode_audio(susurrus.example_audio()))
 
-    def blocks_of_24khz_int16() -> Iterator[np.ndarray]:
-        for i in range(0, len(pcm24), 2400):
-            yield pcm24[i:i + 2400]
+    printed, _ = _run(agents.replace("http://127.0.0.1:8000/v1", url))
+    assert printed.strip().lower().startswith("and so my fellow americans")
+    assert printed.strip().endswith("country.")
 
-    printed = _run(agents.replace("http://127.0.0.1:8000/v1", url), {"blocks_of_24khz_int16": blocks_of_24khz_int16})
-    assert printed.strip().lower().startswith("in being comparatively modern")
-
-    namespace: dict = {}
-    _run(livekit.replace("http://127.0.0.1:8000/v1", url), namespace)
+    _, namespace = _run(livekit.replace("http://127.0.0.1:8000/v1", url))
     assert namespace["stt"].model == "gpt-4o-transcribe" and namespace["stt"].capabilities.streaming

@@ -124,14 +124,26 @@ def check_output_dir(path: str) -> Path:
 
 
 def check_input_file(path: str) -> None:
-    """An input that exists and is a file, or :class:`UsageError` saying what it is."""
+    """An input that exists, is a readable file and starts like audio (its header: WAV, FLAC,
+    OGG, MP3, ..., :func:`susurrus.audio.sniff.sniff`; any header when ffmpeg is installed, as it
+    reads more), or :class:`UsageError` saying what it is. Reads 16 bytes: no model, no PyTorch."""
+    from susurrus.audio.sniff import HEAD_BYTES, have_ffmpeg, sniff
+
     p = Path(path)
     if not p.exists():
         raise UsageError(f"{path}: no such file")
     if p.is_dir():
         raise UsageError(f"{path}: is a folder, not an audio file")
-    if p.stat().st_size == 0:
+    try:
+        with open(p, "rb") as f:
+            head = f.read(HEAD_BYTES)
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read it ({err.strerror or err})") from None
+    if not head:
         raise UsageError(f"{path}: the file is empty")
+    if sniff(head) is None and not have_ffmpeg():
+        raise UsageError(f"{path}: does not look like audio (no WAV, FLAC, OGG, MP3, M4A, WebM, AIFF header; "
+                         "without ffmpeg installed those are what can be read)")
 
 
 def save_or_print(write: Callable[[Path], Any], target: Path, fallback: Callable[[], str]) -> bool:

@@ -13,7 +13,7 @@ class LiveDisplay:
 
     ``turns``: one line per speech turn, with its span (off a terminal: only those lines)."""
 
-    DIM, RESET = "\x1b[2m", "\x1b[0m"
+    DIM, RESET, LAG = "\x1b[2m", "\x1b[0m", "\x1b[33m"  # LAG: yellow
 
     def __init__(self, stream: TextIO, enabled: bool, turns: bool = False, width: int | None = None):
         self.out = stream
@@ -22,6 +22,7 @@ class LiveDisplay:
         self.tty = stream.isatty()
         self.width = width  # columns; None: the terminal's, looked up at each update
         self.line = ""  # committed text on the current (unfinished) terminal line
+        self.behind = 0.0  # seconds the text is behind a live source's audio; shown when not 0
 
     def _columns(self) -> int:
         return max(20, (self.width or shutil.get_terminal_size((100, 20)).columns) - 1)
@@ -47,9 +48,11 @@ class LiveDisplay:
             cut = cut if cut > 0 else width
             self.out.write("\r\x1b[K" + self.line[:cut].rstrip() + "\n")
             self.line = self.line[cut:].lstrip(" ")
-        room = width - len(self.line)
+        lag = f" [{self.behind:.1f} s behind]" if self.behind else ""
+        room = width - len(self.line) - len(lag)
         tail = interim if len(interim) <= room else interim[:room - 1] + "…" if room > 1 else ""
-        self.out.write("\r\x1b[K" + self.line + (self.DIM + tail + self.RESET if tail else ""))
+        self.out.write("\r\x1b[K" + self.line + (self.DIM + tail + self.RESET if tail else "")
+                       + (self.LAG + lag + self.RESET if lag else ""))
         self.out.flush()
 
     def turn(self, text: str, start_ms: int, end_ms: int) -> None:

@@ -70,11 +70,13 @@ def _add_model_args(p: argparse.ArgumentParser, threads_help: str = THREADS_HELP
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
     from susurrus.cli.args import check_input_file, check_model_options, check_output_dir, save_or_print
+    from susurrus.cli.outputs import output_names, target
     from susurrus.decoding.offline import transcribe_options
 
     out_dir = check_output_dir(args.output_dir)  # before the work, not after it
     for path in args.files:
         check_input_file(path)
+    names = output_names(args.files)  # distinct: same-named inputs never overwrite each other
     formats = sorted(WRITERS) if args.output_format == "all" else [args.output_format]
 
     from tqdm import tqdm
@@ -88,14 +90,20 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
     options = transcribe_options(  # the REST API runs the same options (transports/offline.py)
         language=args.language, task=args.task, beam_size=args.beam_size, temperature=args.temperature,
         word_timestamps=args.word_timestamps, without_timestamps=args.without_timestamps,
-        initial_prompt=args.initial_prompt, condition_on_previous_text=not args.no_condition_on_previous_text)
-    for path in args.files:
+        initial_prompt=args.initial_prompt, condition_on_previous_text=not args.no_condition_on_previous_text,
+        vad=not args.no_vad)
+    for path in names:
+        interrupted = False
         try:
             segments, info = model.transcribe(path, **options)
-        except (OSError, ValueError) as err:
-            print(f"susurrus: {path}: {err}", file=sys.stderr)
-            status = 1
+        except (OSError, ValueError) as err:  # as a bad input found before the model: exit 2
+            print(f"susurrus transcribe: error: {err if path in str(err) else f'{path}: {err}'}", file=sys.stderr)
+            status = 2
             continue
+        except KeyboardInterrupt:
+            print(f"\nsusurrus transcribe: interrupted while reading {path}; nothing of it was decoded, "
+                  "nothing written", file=sys.stderr)
+            return 130
         if len(args.files) > 1 and not args.quiet:
             print(f"==> {path} <==", flush=True)
         if model.is_multilingual and args.language is None:
@@ -105,21 +113,32 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
         bar = tqdm(total=round(info.duration, 2), unit="s", desc=Path(path).name, file=sys.stderr,
                    disable=args.quiet or not sys.stderr.isatty() and not args.progress,
                    bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s audio [{elapsed}<{remaining}]")
-        for segment in segments:
-            collected.append(segment)
-            bar.update(round(min(segment.end, info.duration) - bar.n, 2))
-            if not args.quiet:
-                line = (f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] "
-                        f"{segment.text.strip()}")
-                tqdm.write(line, file=sys.stdout)
-        bar.update(round(info.duration - bar.n, 2))
+        try:
+            for segment in segments:
+                collected.append(segment)
+                bar.update(round(min(segment.end, info.duration) - bar.n, 2))
+                if not args.quiet:
+                    line = (f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] "
+                            f"{segment.text.strip()}")
+                    tqdm.write(line, file=sys.stdout)
+        except KeyboardInterrupt:  # Ctrl+C: what was decoded is written, and where it stops said
+            interrupted = True
+        else:
+            bar.update(round(info.duration - bar.n, 2))
         bar.close()
         text = "".join(segment.text.strip() + "\n" for segment in collected)
         for fmt in formats:
-            target = out_dir / f"{Path(path).stem}.{fmt}"
             write = functools.partial(write_result, fmt, collected, info)
-            if not save_or_print(write, target, functools.partial(str, text)):
+            written = target(out_dir, names[path], fmt)
+            if not save_or_print(write, written, functools.partial(str, text)):
                 status = 1
+        if interrupted:
+            reached = collected[-1].end if collected else 0.0
+            rest = "; the files after it were not transcribed" if path != list(names)[-1] else ""
+            print(f"susurrus transcribe: interrupted at {format_timestamp(reached)} of {path} "
+                  f"({format_timestamp(info.duration)} long): the {len(collected)} segment(s) decoded so far are in "
+                  f"{', '.join(str(target(out_dir, names[path], fmt)) for fmt in formats)}{rest}", file=sys.stderr)
+            return 130
     return status
 
 
@@ -135,8 +154,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
         items = read_items(args.inputs)
     except (FileNotFoundError, ValueError, KeyError) as e:  # a missing path, a broken manifest line
-        print(f"susurrus bench: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from None
+    from susurrus.cli.args import check_input_file
+
+    for item in items:  # every audio file there and audio, before PyTorch and the model
+        check_input_file(str(item.audio))
     import torch
 
     import susurrus
@@ -155,12 +177,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         items = [i for i in items if not i.approximate]
     items = items[: args.limit] if args.limit else items
     if not items:
-        print(f"susurrus bench: no {args.language or ''} items in {' '.join(args.inputs)}", file=sys.stderr)
-        return 2
+        raise UsageError(f"no {args.language or ''} items in {' '.join(args.inputs)}")
     if not model.is_multilingual and any(i.language != "en" for i in items):
-        print(f"susurrus bench: {args.model} is English-only; pass --language en or a multilingual model",
-              file=sys.stderr)
-        return 2
+        raise UsageError(f"{args.model} is English-only; pass --language en or a multilingual model")
     presets = ["low", "medium", "high"] if args.sweep else (args.presets or "").split(",") if args.presets else [None]
     try:
         configs = [stream_config(p or args.latency, chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms,
@@ -169,15 +188,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                  first_commit_ms=args.first_commit_ms, step_phase_ms=phase)
                    for p in presets for phase in args.phases]
     except ValueError as e:
-        print(f"susurrus bench: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from None
     try:
         results = bench.run(model, items, configs, progress=sys.stderr.isatty(), together=args.streams,
                             detect_language=args.detect_language, offline_cache=args.offline_cache,
                             offline_spread=args.offline_spread)
     except bench.AudioError as err:
-        print(f"susurrus bench: {err}", file=sys.stderr)
-        return 2
+        raise UsageError(str(err)) from None
     audio = results[0].audio_s
     langs = ",".join(sorted({i.language for i in items}))
     print(f"\n{args.model}, {len(items)} items ({langs}), {audio:.1f} s of audio, "
@@ -247,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text to condition the first window on: names, terms, spelling, style")
     t.add_argument("--no-condition-on-previous-text", action="store_true",
                    help="do not feed each window's text to the next as a prompt")
+    t.add_argument("--no-vad", action="store_true",
+                   help="transcribe every 30 s window, as Whisper does; by default only the speech the voice "
+                        "activity detector (Silero, as in 'stream') finds is, so silence and noise give no text")
     t.add_argument("--output-format", "-f", choices=[*sorted(WRITERS), "all"], default="txt",
                    help="file format to write (default: %(default)s)")
     t.add_argument("--output-dir", "-o", default=".",
@@ -443,6 +463,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     r.set_defaults(func=cmd_serve_ray)
 
+    e = sub.add_parser("example", help="print the path of the example clip shipped with susurrus (JFK, 11 s)",
+                       description="Print the path of the example audio shipped with the package: 11 s of JFK's "
+                                   "inaugural address (public domain, FLAC), for a first try of any command: "
+                                   'susurrus transcribe "$(susurrus example)"')
+    e.set_defaults(func=lambda args: print(__import__("susurrus").example_audio()) or 0)
+
     c = sub.add_parser("client", help="stream a file or the microphone to a realtime server",
                        description="Connect to a susurrus (or any OpenAI Realtime transcription) server, stream "
                                    "audio as one item (or, with --turns, as speech turns the server detects) and "
@@ -473,13 +499,13 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "device", AUTO) != AUTO:
             check_device(args.device)  # (cuda where torch sees none: one line, before any work)
         return args.func(args)
-    except UsageError as err:
-        print(f"susurrus {args.command}: {err}", file=sys.stderr)
+    except UsageError as err:  # a bad argument or input: one line, as argparse's own errors
+        print(f"susurrus {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     except FileNotFoundError as err:
-        print(f"susurrus: {err}", file=sys.stderr)
+        print(f"susurrus {args.command}: error: {err}", file=sys.stderr)
         return 2
 
 

@@ -2,13 +2,16 @@
 with ``--rate``, ``--channels`` and ``--pcm-format``, turned into 16 kHz mono float32 blocks.
 
 The input cannot say what it is, so what can be checked is: a WAV file piped in (its header is
-read and its own format used, with a warning if it contradicts the options), an input that ends
+read and its own format used, with a warning if it contradicts the options), an encoded file
+piped in (FLAC, OGG, MP3, ... told by its first bytes: decoded by ffmpeg as it arrives where
+ffmpeg is installed, else read whole and decoded with libsndfile), an input that ends
 in the middle of a frame (the channel count or sample format is likely wrong), and float32 input
 whose values cannot be audio (it is likely 16-bit).
 """
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import sys
 from collections.abc import Callable, Iterator
@@ -17,7 +20,15 @@ from typing import BinaryIO
 
 import numpy as np
 
+from susurrus.audio.sniff import have_ffmpeg, sniff
+
 SAMPLE_RATE = 16000
+HEAD_BYTES = 12  # a WAV's RIFF header; enough to tell every format :func:`sniff` knows
+SOUNDFILE_READS = frozenset({"flac", "ogg", "mp3", "aiff", "au", "caf", "nist"})  # libsndfile >= 1.1
+
+
+class InputError(ValueError):
+    """Standard input that cannot be transcribed (a format nothing here decodes): one line for the user."""
 
 
 @dataclass(frozen=True)
@@ -76,11 +87,18 @@ def read_pcm(source: BinaryIO, declared: PcmFormat, block_samples: int, *, expli
 
     warn = warn or (lambda message: print(f"susurrus stream: warning: {message}", file=sys.stderr))
     fmt = declared
-    head = source.read(12)
+    head = _read_full(source, HEAD_BYTES)
+    kind = sniff(head)
+    if kind not in (None, "wav"):  # an encoded file piped in: decoded, never read as PCM
+        if explicit:
+            warn(f"standard input is {kind.upper()} audio, not raw PCM: decoding it (--pcm-format, --rate and "
+                 "--channels describe raw PCM only)")
+        yield from compressed_blocks(head, source, kind, block_samples, warn)
+        return
     if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
         wav, head = _wav_header(head, source)
         if wav is None:
-            raise ValueError("standard input is a WAV file that is neither 16-bit nor float32 PCM: pass it as a "
+            raise InputError("standard input is a WAV file that is neither 16-bit nor float32 PCM: pass it as a "
                              "file name instead of '-'")
         if explicit and wav != declared:
             warn(f"standard input is a WAV file of {wav.describe()}, not the declared {declared.describe()}: "
@@ -118,6 +136,89 @@ def read_pcm(source: BinaryIO, declared: PcmFormat, block_samples: int, *, expli
         tail = resampler.flush()
         if len(tail):
             yield tail
+
+
+def _read_full(source: BinaryIO, n: int) -> bytes:
+    """``n`` bytes from ``source`` (fewer only at its end): a pipe may hand over less per read."""
+    data = b""
+    while len(data) < n:
+        more = source.read(n - len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+def compressed_blocks(head: bytes, source: BinaryIO, kind: str, block_samples: int,
+                      warn: Callable[[str], None]) -> Iterator[np.ndarray]:
+    """16 kHz mono float32 blocks of an encoded file (FLAC, OGG, MP3, ...) arriving on ``source``
+    after ``head``: decoded as it arrives by ffmpeg where it is installed (a live source stays
+    live), else read to its end and decoded with libsndfile (FLAC, OGG, MP3), which needs the
+    whole file; a format only ffmpeg reads is refused."""
+    if have_ffmpeg():
+        yield from _ffmpeg_blocks(head, source, block_samples)
+        return
+    if kind not in SOUNDFILE_READS:
+        raise InputError(f"standard input is {kind.upper()} audio, which only ffmpeg decodes, and ffmpeg is not "
+                         "installed: install it, or convert the audio to WAV or FLAC")
+    warn(f"standard input is {kind.upper()} audio: without ffmpeg it is read to its end before it is transcribed "
+         "(install ffmpeg to transcribe it as it arrives)")
+    chunks = [head]
+    while True:
+        more = source.read(1 << 16)
+        if not more:
+            break
+        chunks.append(more)
+    from susurrus.audio.io import AudioDecodeError, decode_audio
+
+    try:
+        audio = decode_audio(b"".join(chunks))
+    except AudioDecodeError as err:
+        raise InputError(f"standard input is {kind.upper()} audio that could not be decoded "
+                         f"({str(err).split('(', 1)[-1].rstrip(')')})") from None
+    for at in range(0, len(audio), block_samples):
+        yield audio[at:at + block_samples]
+
+
+def _ffmpeg_blocks(head: bytes, source: BinaryIO, block_samples: int) -> Iterator[np.ndarray]:
+    """Decode with an ffmpeg subprocess: a thread copies ``source`` into its stdin while its
+    16 kHz mono s16le output is read here, block by block."""
+    import shutil
+    import subprocess
+    import threading
+
+    proc = subprocess.Popen([shutil.which("ffmpeg") or "ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error",
+                             "-i", "pipe:0", "-f", "s16le", "-ac", "1", "-ar", str(SAMPLE_RATE), "pipe:1"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def copy() -> None:
+        try:
+            proc.stdin.write(head)
+            while True:
+                more = source.read(1 << 14)
+                if not more:
+                    break
+                proc.stdin.write(more)
+        except (BrokenPipeError, OSError):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+
+    feeder = threading.Thread(target=copy, daemon=True)
+    feeder.start()
+    try:
+        while True:
+            data = _read_full(proc.stdout, block_samples * 2)
+            if not data:
+                break
+            yield np.frombuffer(data[:len(data) // 2 * 2], dtype="<i2").astype(np.float32) / 32768.0
+    finally:
+        proc.stdout.close()
+        if proc.wait() not in (0, -15) and proc.returncode is not None:
+            detail = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()[-1:]
+            if detail:
+                print(f"susurrus stream: warning: ffmpeg: {detail[0]}", file=sys.stderr)
 
 
 def declared_format(sample: str, rate: int, channels: int) -> PcmFormat:

@@ -169,15 +169,18 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
 
 
 def cmd_client(args: argparse.Namespace) -> int:
-    from susurrus.client import main_client
+    from susurrus.cli.args import UsageError, check_input_file
+    from susurrus.client import ClientError, check_url, main_client  # (no PyTorch)
 
     if (args.input is None) == (not args.mic):
-        print("susurrus client: give an audio FILE or --mic (one of them)", file=sys.stderr)
-        return 2
-    if args.input is not None and not Path(args.input).is_file():
-        what = "is a folder, not an audio file" if Path(args.input).is_dir() else "no such file"
-        print(f"susurrus client: {args.input}: {what}", file=sys.stderr)
-        return 2
+        raise UsageError("give an audio FILE or --mic (one of them)")
+    try:
+        check_url(args.url)
+    except ClientError as err:
+        raise UsageError(str(err)) from None
+    if args.input is not None:
+        check_input_file(args.input)
+
     return main_client(args.url, args.input, mic=args.mic, realtime=args.realtime, rate=args.rate,
                        block_ms=args.block_ms, latency=args.latency, language=args.language,
                        api_key=args.api_key, turns=args.turns)

@@ -10,7 +10,7 @@ import argparse
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -65,11 +65,13 @@ class InterruptibleReader:
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
+    # everything that can be checked is checked before PyTorch, the model and the audio
+    if args.input != "-":
+        check_input_file(args.input)
     from susurrus.cli.pcm_input import declared_format
-    from susurrus.streaming.session import stream_config
+    from susurrus.streaming.config import stream_config
     from susurrus.streaming.vad import TurnConfig
 
-    # everything that can be checked is checked before the model loads and the audio is read
     turns = TurnConfig(silence_duration_ms=args.silence_ms) if args.turns or args.semantic_turns else None
     settings = dict(chunk_ms=args.chunk_ms, lookahead_ms=args.lookahead_ms, commit_margin_ms=args.commit_margin_ms,
                     silence_context_ms=args.silence_context_ms, prompt=args.prompt,
@@ -88,7 +90,6 @@ def cmd_stream(args: argparse.Namespace) -> int:
     else:
         if (args.rate, args.channels) != (16000, 1):
             raise UsageError("--rate and --channels describe raw PCM on stdin ('-'); a file says its own format")
-        check_input_file(args.input)
         audio = _decode(args.input)
         name = Path(args.input).stem
 
@@ -107,7 +108,12 @@ def cmd_stream(args: argparse.Namespace) -> int:
                                              explicit=explicit)
         else:
             blocks = (audio[i:i + block] for i in range(0, len(audio), block))
-        status = _run(args, stream, blocks, interrupt)
+        from susurrus.cli.pcm_input import InputError
+
+        try:
+            status = _run(args, stream, blocks, interrupt)
+        except InputError as err:  # standard input nothing here decodes: said before any text
+            raise UsageError(str(err)) from None
         if interrupt.requested and audio is not None:
             status = 130  # a file cut short: the output holds what was heard
         if args.output_format:
@@ -127,14 +133,54 @@ def _decode(path: str) -> Any:
     return audio
 
 
-def _run(args: argparse.Namespace, stream: Any, blocks: Iterator[Any], interrupt: Interrupt) -> int:
+class LagWatch:
+    """How far a live stream's text is behind its audio clock (the audio a live source has
+    delivered by now), so that a captioner sees when the machine cannot keep up. The clock starts
+    with the first block (which took its own length to record, or for ``--realtime`` to play);
+    after each step the lag is the clock minus the audio transcribed. A warning goes to stderr
+    when the lag reaches ``WARN_S``, and again only if it doubles; once it is back under
+    ``CLEAR_S`` the episode is over and the next one warns again."""
+
+    WARN_S = 2.0
+    CLEAR_S = 1.0
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock
+        self.origin: float | None = None  # the clock's time at audio time 0
+        self.lag = 0.0
+        self.worst = 0.0
+        self.warned = 0.0  # the lag last warned about in this episode (0: none yet)
+
+    def start(self, first_block_s: float, paced: bool) -> None:
+        self.origin = self.clock() - (0.0 if paced else first_block_s)
+
+    def now(self) -> float:
+        """The audio clock: seconds of audio the source has delivered by now."""
+        return self.clock() - self.origin if self.origin is not None else 0.0
+
+    def step(self, transcribed_s: float) -> str | None:
+        """After a step: the warning to print, if this lag calls for one."""
+        self.lag = max(0.0, self.now() - transcribed_s)
+        self.worst = max(self.worst, self.lag)
+        if self.lag < self.CLEAR_S:
+            self.warned = 0.0
+        elif self.lag >= max(self.WARN_S, 2 * self.warned):
+            self.warned = self.lag
+            return (f"the text is {self.lag:.1f} s behind the audio: this machine transcribes this stream slower "
+                    "than real time (a busy CPU? try --latency high, more --threads or a smaller model)")
+        return None
+
+
+def _run(args: argparse.Namespace, stream: Any, blocks: Iterator[Any], interrupt: Interrupt,
+         clock: Callable[[], float] = time.perf_counter) -> int:
     import numpy as np
 
     from susurrus.cli.display import LiveDisplay
     from susurrus.streaming.session import Committed, Interim, LanguageDetected, TurnEnded
 
     display = LiveDisplay(sys.stdout, not args.quiet, args.turns or args.semantic_turns)
-    started = time.perf_counter()
+    live = args.input == "-" or args.realtime  # a live source: its audio clock runs as we transcribe
+    watch = LagWatch(clock)
     interim = ""
 
     def show(events: list[Any]) -> None:
@@ -156,14 +202,26 @@ def _run(args: argparse.Namespace, stream: Any, blocks: Iterator[Any], interrupt
     for piece in blocks:
         if interrupt.requested:
             break
+        if watch.origin is None:
+            watch.start(len(piece) / 16000, paced=args.realtime)
         if args.realtime:  # pace the input at speaking speed
-            ahead = stream.audio_time - (time.perf_counter() - started)
+            ahead = stream.audio_time - watch.now()
             if ahead > 0:
                 time.sleep(ahead)
-        show(stream.feed(np.asarray(piece, dtype=np.float32)))
+        events = stream.feed(np.asarray(piece, dtype=np.float32))
+        if live:
+            warning = watch.step(stream.audio_time)
+            display.behind = watch.lag if watch.lag >= watch.WARN_S else 0.0
+            if warning:  # on a terminal, below the live line (which the next update redraws)
+                print(f"{chr(10) if display.enabled and display.tty else ''}susurrus stream: warning: {warning}",
+                      file=sys.stderr)
+        show(events)
     interim = ""
+    display.behind = 0.0
     show(stream.finish())
     display.close()
+    if live and watch.worst >= watch.WARN_S:
+        print(f"susurrus stream: the text fell up to {watch.worst:.1f} s behind the audio", file=sys.stderr)
     return 0
 
 

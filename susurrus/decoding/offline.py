@@ -23,13 +23,14 @@ TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 def transcribe_options(*, language: str | None = None, task: str = "transcribe", beam_size: int = 5,
                        temperature: float | None = None, word_timestamps: bool = False,
                        without_timestamps: bool = False, initial_prompt: str | None = None,
-                       condition_on_previous_text: bool = True) -> dict[str, Any]:
+                       condition_on_previous_text: bool = True, vad: bool = True) -> dict[str, Any]:
     """``WhisperModel.transcribe`` options with ``susurrus transcribe``'s defaults; ``temperature``
-    None is the fallback ladder, a number decodes at that temperature only."""
+    None is the fallback ladder, a number decodes at that temperature only; ``vad``: only the speech
+    the voice activity gate finds is transcribed (``decoding/gate.py``)."""
     return {"language": language, "task": task, "beam_size": beam_size, "word_timestamps": word_timestamps,
             "without_timestamps": without_timestamps,
             "temperature": TEMPERATURES if temperature is None else temperature,
-            "initial_prompt": initial_prompt, "condition_on_previous_text": condition_on_previous_text}
+            "initial_prompt": initial_prompt, "condition_on_previous_text": condition_on_previous_text, "vad": vad}
 
 
 def run(model: Any, samples: np.ndarray, options: dict[str, Any]) -> Iterator[TranscriptionInfo | Segment]:

@@ -64,6 +64,9 @@ class TranscribeOptions:
     without_timestamps: bool = False
     max_initial_timestamp: float = 1.0
     word_timestamps: bool = False
+    # transcribe only the speech Silero VAD finds, as the stream does (``decoding/gate.py``):
+    # silence and noise give no text; False transcribes every window, as Whisper does
+    vad: bool = True
 
 
 def decode_with_fallback(net: Whisper, tokenizer: Tokenizer, features: torch.Tensor,

@@ -264,8 +264,9 @@ def word_latencies(stream_words, offline_words: list[Word]) -> list[float]:
 
 
 def offline_reference(model, audio: np.ndarray, language: str | None) -> tuple[str, list[Word]]:
-    """The same model's default offline transcription (greedy, with the temperature fallback
-    and previous-text conditioning, as ``susurrus transcribe --beam-size 1``), and its words."""
+    """The same model's default offline transcription (greedy, with the temperature fallback,
+    previous-text conditioning and the voice activity gate, as ``susurrus transcribe --beam-size 1``),
+    and its words."""
     segments, _ = model.transcribe(audio, beam_size=1, word_timestamps=True, language=language)
     segments = list(segments)
     return " ".join(s.text.strip() for s in segments), [w for s in segments for w in s.words or []]
@@ -350,7 +351,7 @@ def offline_key(model, item_id: str, n_samples: int, language: str | None) -> st
     name = model.name if compute == "float32" else f"{model.name}@{compute}"
     device = str(getattr(model, "device", "cpu"))
     name = name if device == "cpu" else f"{name}@{device}"
-    return f"{name}|{item_id}|{n_samples}|{language}"
+    return f"{name}|{item_id}|{n_samples}|{language}|vad"  # offline gated by voice activity, as transcribe runs
 
 
 def cached_offline(model, cache: dict, item_id: str, audio: np.ndarray, language: str | None, lead: int = 0,

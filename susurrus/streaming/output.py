@@ -10,17 +10,28 @@ from susurrus.streaming.session import SENTENCE_END, StreamWord
 from susurrus.types import Segment, TranscriptionInfo, Word
 from susurrus.writers import write_result
 
+CUE_MAX_S = 7.0  # a subtitle cue's longest span, as subtitle guidelines have it (Netflix: 7 s)
+CLAUSE_END = (",", ";", ":", "—")  # where a long sentence is cut when it must be
 
-def words_to_segments(words: Sequence[StreamWord], max_gap: float = 1.0, max_len: float = 12.0) -> list[Segment]:
-    """Group words into segments at sentence ends, pauses over ``max_gap`` s, or ``max_len`` s."""
+
+def words_to_segments(words: Sequence[StreamWord], max_gap: float = 1.0, max_len: float = CUE_MAX_S) -> list[Segment]:
+    """Group words into segments (subtitle cues) at sentence ends and pauses over ``max_gap`` s;
+    a sentence longer than ``max_len`` s is cut at its last clause end (a comma, ...) that keeps
+    the cue within it, else before the word that would pass it."""
     groups: list[list[StreamWord]] = []
     for w in words:
         if groups:
             cur = groups[-1]
             ended = cur[-1].word.strip().endswith(SENTENCE_END)
-            if not (ended or w.start - cur[-1].end > max_gap or w.end - cur[0].start > max_len):
-                cur.append(w)
-                continue
+            if not (ended or w.start - cur[-1].end > max_gap):
+                if w.end - cur[0].start <= max_len:
+                    cur.append(w)
+                    continue
+                clause = max((i for i, x in enumerate(cur[:-1]) if x.word.strip().endswith(CLAUSE_END)), default=None)
+                if clause is not None:  # the words after the clause end start the next cue
+                    groups[-1], rest = cur[:clause + 1], cur[clause + 1:]
+                    groups.append([*rest, w])
+                    continue
         groups.append([w])
     return [Segment(id=i, seek=0, start=g[0].start, end=g[-1].end, text="".join(w.word for w in g),
                     tokens=[], avg_logprob=0.0, compression_ratio=0.0, no_speech_prob=0.0, temperature=0.0,

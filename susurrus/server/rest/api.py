@@ -394,8 +394,17 @@ async def models_endpoint(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": listed})
 
 
+async def post_only(request: Request) -> Response:
+    """Another method than POST on an upload endpoint: OpenAI's JSON error, 405, ``allow: POST``."""
+    return RestError(405, f"Invalid method for URL ({request.method} {request.url.path}): use POST with a "
+                          "multipart 'file'", "method_not_allowed", headers={"allow": "POST"}).response()
+
+
 def routes() -> list[Route]:
+    others = ["GET", "PUT", "PATCH", "DELETE"]  # (HEAD comes with GET)
     return [Route("/v1/audio/transcriptions", audio_endpoint, methods=["POST"]),
             Route("/v1/audio/translations", audio_endpoint, methods=["POST"]),
+            Route("/v1/audio/transcriptions", post_only, methods=others),
+            Route("/v1/audio/translations", post_only, methods=others),
             Route("/v1/models", models_endpoint, methods=["GET"]),
             Route("/v1/models/{model:path}", models_endpoint, methods=["GET"])]

@@ -15,6 +15,7 @@ import soundfile as sf
 from starlette.responses import JSONResponse
 
 from susurrus.audio.io import decode_audio
+from susurrus.audio.sniff import sniff
 from susurrus.decoding import offline
 from susurrus.server.workers.pool import compute_clock
 from susurrus.streaming.session import Committed
@@ -78,8 +79,11 @@ def decode_upload(data: bytes, limits: UploadLimits) -> np.ndarray:
         raise too_long(declared, limits)
     try:
         samples = decode_audio(data)
-    except (ValueError, OSError) as err:
-        raise RestError(400, f"the file could not be decoded as audio ({err}); send WAV, FLAC, OGG or MP3 (or "
+    except (ValueError, OSError):  # the decoders' own words name an in-memory object (<_io.BytesIO at 0x...>)
+        kind = sniff(data[:16])
+        why = (f"it starts as {kind.upper()} audio does, but is damaged or cut short" if kind
+               else "its first bytes are those of no audio format")
+        raise RestError(400, f"the file could not be decoded as audio ({why}); send WAV, FLAC, OGG or MP3 (or "
                              "any format when ffmpeg is installed on the server)", "invalid_file_format",
                         "file") from None
     if len(samples) and not np.abs(samples).max() <= MAX_AMPLITUDE:

@@ -208,7 +208,13 @@ async function begin(makeSource, label) {
       ui.level.style.width = `${Math.max(0, Math.min(100, (db + 60) * (100 / 60)))}%`;
     };
     await makeSource(ctx, node);
-    await ctx.resume();
+    if (!(await resumes(ctx))) {
+      // the browser blocks audio until the page is clicked (autoplay policy): ctx.resume() would
+      // wait for ever. A file is streamed anyway, paced by a timer, without being heard.
+      if (!run.withoutPlaying) throw new Error("the browser blocked audio: click the page, then try again");
+      run.withoutPlaying();
+      label += " (the browser blocked playback: streaming without sound)";
+    }
     if (ws.failure || ws.readyState !== WebSocket.OPEN) {
       // refused (a wrong or missing API key, too many sessions) or closed while the audio started
       teardown();
@@ -240,14 +246,48 @@ function fileSource(file) {
     source.connect(ctx.destination); // and heard
     source.onended = () => stop();
     run.source = source;
+    run.withoutPlaying = () => { // playback blocked: the same audio sent at speaking pace by a timer
+      source.onended = null;
+      try { source.disconnect(); } catch (e) { /* already gone */ }
+      paceWithoutPlaying(audio);
+    };
     source.start();
   };
+}
+
+// whether the audio context runs: resume() stays pending while the browser blocks audio
+function resumes(ctx, waitMs = 1500) {
+  return Promise.race([ctx.resume().then(() => ctx.state === "running", () => false),
+    new Promise((resolve) => setTimeout(() => resolve(ctx.state === "running"), waitMs))]);
+}
+
+function paceWithoutPlaying(audio) {
+  const channels = Array.from({ length: audio.numberOfChannels }, (_, c) => audio.getChannelData(c));
+  let at = 0;
+  const timer = setInterval(() => {
+    if (!run || run.ws.readyState !== WebSocket.OPEN) { clearInterval(timer); return; }
+    const n = Math.min(BLOCK, audio.length - at);
+    const pcm = new Int16Array(n);
+    for (let i = 0; i < n; i++) {
+      let x = 0;
+      for (const data of channels) x += data[at + i];
+      pcm[i] = Math.max(-32768, Math.min(32767, Math.round((x / channels.length) * 32767)));
+    }
+    at += n;
+    if (n) {
+      run.ws.send(JSON.stringify({ type: "input_audio_buffer.append", audio: toBase64(pcm.buffer) }));
+      run.sent += n;
+    }
+    if (at >= audio.length) { clearInterval(timer); stop(); }
+  }, (1000 * BLOCK) / RATE);
+  run.timer = timer;
 }
 
 function teardown() {
   if (!run) return;
   const r = run;
   run = null;
+  if (r.timer) clearInterval(r.timer);
   if (r.media) r.media.getTracks().forEach((t) => t.stop());
   try { if (r.source) r.source.disconnect(); } catch (e) { /* already gone */ }
   r.ctx.close().catch(() => {});
