@@ -13,6 +13,7 @@ import functools
 import sys
 from pathlib import Path
 
+from susurrus.speakers.options import add_speaker_args
 from susurrus.transports.cli_args import UsageError, float_range, int_range, language_arg, ms_list
 from susurrus.transports.cli_serve import add_limit_args, cmd_client, cmd_serve, cmd_serve_ray
 from susurrus.transports.writers import WRITERS, format_timestamp, write_result
@@ -73,6 +74,12 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
         language=args.language, task=args.task, beam_size=args.beam_size, temperature=args.temperature,
         word_timestamps=args.word_timestamps, without_timestamps=args.without_timestamps,
         initial_prompt=args.initial_prompt, condition_on_previous_text=not args.no_condition_on_previous_text)
+    from susurrus.speakers.options import tracker_from_args, wants_speakers
+
+    diarize = wants_speakers(args)
+    if diarize:
+        options["word_timestamps"] = True  # a label per word
+        tracker_from_args(args)  # the options and clips checked before any file
     for path in args.files:
         try:
             segments, info = model.transcribe(path, **options)
@@ -92,12 +99,20 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
         for segment in segments:
             collected.append(segment)
             bar.update(round(min(segment.end, info.duration) - bar.n, 2))
-            if not args.quiet:
+            if not args.quiet and not diarize:
                 line = (f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] "
                         f"{segment.text.strip()}")
                 tqdm.write(line, file=sys.stdout)
         bar.update(round(info.duration - bar.n, 2))
         bar.close()
+        if diarize:  # the whole file's speakers, then the lines
+            from susurrus.audio.io import decode_audio
+            from susurrus.speakers.offline import diarize_segments
+
+            collected = diarize_segments(decode_audio(path), collected, tracker_from_args(args, keep_all=True))
+            for segment in collected if not args.quiet else []:
+                print(f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] "
+                      f"[{segment.speaker}] {segment.text.strip()}", flush=True)
         text = "".join(segment.text.strip() + "\n" for segment in collected)
         for fmt in formats:
             target = out_dir / f"{Path(path).stem}.{fmt}"
@@ -114,6 +129,10 @@ def _cmd_stream(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.diarize:  # speaker labels on conversations assembled from the data root (speakers/bench.py)
+        from susurrus.speakers.bench import cli_main
+
+        return cli_main(args)
     try:
         from susurrus.evaluation.data import read_items
 
@@ -237,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--quiet", action="store_true", help="print no segments or progress")
     t.add_argument("--progress", action="store_true", help="show the progress bar even when "
                                                            "stderr is not a terminal")
+    add_speaker_args(t)
     t.set_defaults(func=_cmd_transcribe)
 
     s = sub.add_parser("stream", help="transcribe live: audio streams in, text streams out",
@@ -278,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output-dir", "-o", default=".",
                    help="folder to write into, made if missing (default: current dir)")
     s.add_argument("--quiet", action="store_true", help="no live display")
+    add_speaker_args(s)
     s.set_defaults(func=_cmd_stream)
 
     b = sub.add_parser("bench", help="measure streaming accuracy, latency, cost and health on speech",
@@ -321,6 +342,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="list this many worst items per setting (default: %(default)s)")
     b.add_argument("--json", default=None, help="write every item's texts and figures here (JSON)")
     b.add_argument("--plot", default=None, help="write a WER-versus-latency plot (PNG) here")
+    b.add_argument("--diarize", action="store_true",
+                   help="speaker labels instead: DER and WDER (pyannote.metrics) on 2-4 speaker conversations "
+                        "assembled from INPUT (the shared data root; cached in ~/.cache/susurrus/diarization)")
+    b.add_argument("--diarize-asr", type=int, default=2, metavar="N",
+                   help="with --diarize: also stream the first N conversations of each set through the model "
+                        "(real words: WDER, text identity) (default: %(default)s)")
     b.set_defaults(func=_cmd_bench)
 
     v = sub.add_parser("serve", help="server: OpenAI Realtime transcription over WebSocket, OpenAI's audio REST "
