@@ -43,6 +43,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from susurrus.model.languages import LANGUAGES, language_code, language_name
+from susurrus.speakers.rest import SpeakerRequest, diarized_body, label_segments, parse_speakers
 from susurrus.transports import offline, rest_jobs
 from susurrus.transports.access import key_matches
 from susurrus.transports.rest_jobs import (
@@ -58,7 +59,7 @@ from susurrus.transports.rest_jobs import (
 )
 from susurrus.transports.writers import render_result, transcript_text
 
-FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 STREAMABLE = ("json", "text")
 # OpenAI's speech-to-text model names, answered by the server's model
 OPENAI_MODELS = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "gpt-4o-mini-transcribe-2025-12-15",
@@ -108,11 +109,13 @@ class AudioRequest:
     response_format: str
     words: bool  # timestamp_granularities[] holds "word"
     stream: bool
+    speakers: SpeakerRequest | None = None  # speaker labels (speakers/rest.py)
 
     def options(self) -> dict[str, Any]:
         """``susurrus transcribe``'s options for this request."""
         return offline.transcribe_options(language=self.language, task=self.task, temperature=self.temperature,
-                                          word_timestamps=self.words, initial_prompt=self.prompt or None)
+                                          word_timestamps=self.words or self.speakers is not None,
+                                          initial_prompt=self.prompt or None)
 
 
 def accepted_models(model: Any) -> tuple[str, ...]:
@@ -176,8 +179,12 @@ def parse_request(form: FormData, task: str, model: Any) -> AudioRequest:
     if stream in ("true", "1") and fmt not in STREAMABLE:
         raise RestError(400, f"stream=true answers with transcript.text events; response_format {fmt!r} cannot "
                              f"be streamed (use {' or '.join(STREAMABLE)})", "invalid_value", "response_format")
+    speakers = parse_speakers(form, fmt, lambda msg, param: RestError(400, msg, "invalid_value", param))
+    if speakers is not None and (task == "translate" or stream in ("true", "1")):
+        raise RestError(400, "speaker labels are given for transcriptions answered whole (not translate, not "
+                             "stream=true)", "invalid_value", "response_format")
     return AudioRequest(task, language, _text_field(form, "prompt"), temperature or None, fmt,
-                        "word" in granularities, stream in ("true", "1"))
+                        "word" in granularities, stream in ("true", "1"), speakers)
 
 
 # ---------------------------------------------------------------------------- answers
@@ -186,7 +193,7 @@ def parse_request(form: FormData, task: str, model: Any) -> AudioRequest:
 def _segment_dict(s: Any) -> dict[str, Any]:
     return {"id": s.id, "seek": s.seek, "start": s.start, "end": s.end, "text": s.text, "tokens": list(s.tokens),
             "temperature": s.temperature, "avg_logprob": s.avg_logprob, "compression_ratio": s.compression_ratio,
-            "no_speech_prob": s.no_speech_prob}
+            "no_speech_prob": s.no_speech_prob, **({"speaker": s.speaker} if s.speaker else {})}
 
 
 def render(req: AudioRequest, info: Any, segments: list, headers: dict[str, str]) -> Response:
@@ -197,13 +204,15 @@ def render(req: AudioRequest, info: Any, segments: list, headers: dict[str, str]
         return PlainTextResponse(render_result(fmt, segments, info), headers=headers)
     usage = {"type": "duration", "seconds": round(info.duration, 3)}
     body: dict[str, Any] = {"text": transcript_text(segments)}
+    if req.response_format == "diarized_json":
+        return JSONResponse(diarized_body(info, segments, body["text"]), headers=headers)
     if req.response_format == "verbose_json":
         language = "english" if req.task == "translate" else LANGUAGES.get(info.language, info.language)
         body = {"task": req.task, "language": language, "duration": round(info.duration, 3), **body,
                 "segments": [_segment_dict(s) for s in segments]}
         if req.words:
-            body["words"] = [{"word": w.word.strip(), "start": w.start, "end": w.end, "probability": w.probability}
-                             for s in segments for w in s.words or []]
+            body["words"] = [{"word": w.word.strip(), "start": w.start, "end": w.end, "probability": w.probability,
+                              **({"speaker": w.speaker} if w.speaker else {})} for s in segments for w in s.words or []]
     if req.task == "transcribe":
         body["usage"] = usage
     return JSONResponse(body, headers=headers)
@@ -331,6 +340,11 @@ async def _audio(request: Request, state: Any, task: str) -> Response:
     except Exception as err:  # noqa: BLE001 - a failed job is a 500 with OpenAI's body
         raise RestError(500, f"transcription failed: {type(err).__name__}: {err}", "transcription_failed",
                         type="server_error") from None
+    if req.speakers is not None:
+        try:
+            segments = await loop.run_in_executor(state.pool, label_segments, samples, segments, req.speakers)
+        except ValueError as err:  # a bad reference clip or count, named
+            raise RestError(400, str(err), "invalid_value", "known_speaker_references") from None
     return render(req, info, segments, headers)
 
 
