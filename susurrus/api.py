@@ -119,9 +119,15 @@ class WhisperModel:
         if (config.vad or config.turns) and self._vad is None:
             self._vad = load_vad()
         session = StreamSession(self.net, self.tokenizer, config, self._silence, self._vad)
-        if diarize or speakers or speaker_refs:
+        d = config.diarization  # set by a server session (speakers/settings.py)
+        if diarize or speakers or speaker_refs or d is not None:
+            import numpy as np
+
             from susurrus.speakers import make_tracker
 
+            if d is not None:
+                speakers, min_speakers, max_speakers = d.speakers, d.min_speakers, d.max_speakers
+                speaker_refs = {n: np.array(e, np.float32) for n, e in d.refs} | (speaker_refs or {})
             session.speakers = make_tracker(speakers, min_speakers, max_speakers, speaker_refs)
         return session
 
