@@ -27,8 +27,8 @@ from susurrus.audio.io import decode_audio
 
 CACHE = Path.home() / ".cache" / "susurrus" / "diarization"
 SR = 16000
-SETS = {"2spk": (2, 10, 45.0, False), "3spk": (3, 6, 55.0, False), "4spk": (4, 6, 60.0, False),
-        "2spk_overlap": (2, 5, 45.0, True)}  # name: speakers, conversations, seconds, overlap
+SETS = {"2spk": (2, 10, 40.0, False), "3spk": (3, 8, 50.0, False), "4spk": (4, 8, 60.0, False),
+        "2spk_overlap": (2, 6, 40.0, True)}  # name: speakers, conversations, seconds, overlap
 SEED = 55
 
 
