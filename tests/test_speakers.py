@@ -84,7 +84,7 @@ def _labels(tracker, audio, spans):
 def test_enrolled_name_and_max_speakers(clip, dev_item):
     audio, change = clip
     spans = [(1.0, 3.0), (change + 2.0, change + 4.0)]
-    ref = decode_audio(dev_item("librispeech_test-clean_1089-134691-0000").audio)  # the same reader, another sentence
+    ref = decode_audio(dev_item("librispeech_test-clean_1089-134691-0001").audio)  # the same reader, another sentence
     assert _labels(make_tracker(refs={"Reader": ref}), audio, spans) == ["S1", "Reader"]
     assert _labels(make_tracker(max_speakers=1), audio, spans) == ["S1", "S1"]  # merged into the nearest
 

@@ -35,7 +35,7 @@ def _wav(x: np.ndarray) -> bytes:
 def test_rest_diarized_json_parses_with_the_openai_sdk(server, two_voices, dev_item):
     audio, change = two_voices
     client = openai.OpenAI(api_key="k", base_url=f"{server.http_url}/v1", max_retries=0)
-    ref = decode_audio(dev_item("librispeech_test-clean_1089-134691-0000").audio)  # the reader, another sentence
+    ref = decode_audio(dev_item("librispeech_test-clean_1089-134691-0001").audio)  # the reader, another sentence
     out = client.audio.transcriptions.create(
         model="gpt-4o-transcribe-diarize", file=("two.wav", _wav(audio)), response_format="diarized_json",
         known_speaker_names=["Reader"],
