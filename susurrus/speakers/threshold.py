@@ -44,6 +44,24 @@ def main(root: str = "../shared/data") -> None:
     print(f"same-speaker similarity: median {np.median(sims[iu][same]):.3f}; "
           f"different: median {np.median(sims[iu][~same]):.3f}")
     print(f"equal-error threshold {thr:.3f}, EER {eer:.1%}")
+    # an embedding against a speaker's centroid (the mean of 8 other embeddings), as the stream
+    # compares: same speaker (its own speaker's, itself left out) or another speaker's
+    rng = np.random.default_rng(0)
+    same_c, diff_c = [], []
+    spks = sorted(set(who))
+    for spk in spks:
+        idx = np.flatnonzero(w == spk)
+        if len(idx) < 9:
+            continue
+        for i in idx:
+            others = rng.choice(idx[idx != i], 8, replace=False)
+            c = e[others].mean(0)
+            same_c.append(float(e[i] @ c / np.linalg.norm(c)))
+            j = rng.choice(np.flatnonzero(w != spk))
+            diff_c.append(float(e[j] @ c / np.linalg.norm(c)))
+    thr_c, eer_c = equal_error(np.array(same_c), np.array(diff_c))
+    print(f"against a centroid of 8: equal-error threshold {thr_c:.3f}, EER {eer_c:.1%} "
+          f"({len(same_c)} same / {len(diff_c)} different)")
 
 
 if __name__ == "__main__":

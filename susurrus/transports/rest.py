@@ -64,6 +64,9 @@ STREAMABLE = ("json", "text")
 # OpenAI's speech-to-text model names, answered by the server's model
 OPENAI_MODELS = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "gpt-4o-mini-transcribe-2025-12-15",
                  "gpt-4o-transcribe-diarize", "gpt-transcribe")
+# a text field's size at most: known_speaker_references[] are audio clips as data URLs (a 10 s
+# 16-bit 48 kHz clip is 1.3 MB in base64); the other fields are small
+MAX_FIELD_BYTES = 2 * 1024 * 1024
 FORM_OVERHEAD = 256 * 1024  # multipart headers and the small fields, beyond the file itself
 DRAIN_FACTOR = 4  # a refused upload is read (and discarded) up to this many times the limit, so the
 # client gets the error instead of a broken pipe; beyond that the connection is closed
@@ -281,7 +284,7 @@ async def _audio(request: Request, state: Any, task: str) -> Response:
             raise RestError(400, "send the audio as multipart/form-data with a 'file' field", "invalid_request",
                             "file")
         try:
-            form = await Request(request.scope, body).form(max_files=4, max_fields=64, max_part_size=64 * 1024)
+            form = await Request(request.scope, body).form(max_files=4, max_fields=64, max_part_size=MAX_FIELD_BYTES)
         except _TooLarge:
             raise too_large(limits) from None
         except HTTPException as err:
