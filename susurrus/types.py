@@ -13,6 +13,7 @@ class Word:
     end: float
     word: str  # as Whisper spells it, with its leading space
     probability: float
+    speaker: str | None = None  # with speaker labels (``diarize``)
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Segment:
     no_speech_prob: float
     temperature: float
     words: list[Word] | None = None
+    speaker: str | None = None  # with speaker labels (``diarize``): one speaker per segment
 
 
 @dataclass(frozen=True)

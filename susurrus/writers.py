@@ -25,10 +25,11 @@ def format_timestamp(
     return f"{prefix}{minutes:02d}:{secs:02d}{decimal_marker}{millis:03d}"
 
 
-def _cue_text(segment: Segment) -> str:
+def _cue_text(segment: Segment, label: bool = True) -> str:
     """Segment text made safe for a subtitle cue: stripped, no arrows, no blank lines."""
     text = segment.text.strip().replace("-->", "->")
-    return "\n".join(line for line in text.splitlines() if line.strip())
+    text = "\n".join(line for line in text.splitlines() if line.strip())
+    return f"[{segment.speaker}] {text}" if segment.speaker and label else text
 
 
 def transcript_text(segments: Iterable[Segment]) -> str:
@@ -39,7 +40,7 @@ def transcript_text(segments: Iterable[Segment]) -> str:
 def write_txt(segments: Iterable[Segment], file: TextIO) -> None:
     """Write one stripped segment text per line."""
     for segment in segments:
-        print(segment.text.strip(), file=file, flush=True)
+        print(f"[{segment.speaker}] " * bool(segment.speaker) + segment.text.strip(), file=file, flush=True)
 
 
 def write_srt(segments: Iterable[Segment], file: TextIO) -> None:
@@ -56,7 +57,8 @@ def write_vtt(segments: Iterable[Segment], file: TextIO) -> None:
     for segment in segments:
         start = format_timestamp(segment.start)
         end = format_timestamp(segment.end)
-        print(f"{start} --> {end}\n{_cue_text(segment)}\n", file=file, flush=True)
+        cue = f"<v {segment.speaker}>{_cue_text(segment, False)}" if segment.speaker else _cue_text(segment)
+        print(f"{start} --> {end}\n{cue}\n", file=file, flush=True)
 
 
 def write_json(segments: Iterable[Segment], info: TranscriptionInfo | None, file: TextIO) -> None:
@@ -72,6 +74,7 @@ def write_json(segments: Iterable[Segment], info: TranscriptionInfo | None, file
                 "start": round(segment.start, 3),
                 "end": round(segment.end, 3),
                 "text": segment.text.strip(),
+                **({"speaker": segment.speaker} if segment.speaker else {}),
                 "words": None
                 if segment.words is None
                 else [
@@ -80,6 +83,7 @@ def write_json(segments: Iterable[Segment], info: TranscriptionInfo | None, file
                         "start": round(word.start, 3),
                         "end": round(word.end, 3),
                         "probability": word.probability,
+                        **({"speaker": word.speaker} if word.speaker else {}),
                     }
                     for word in segment.words
                 ],

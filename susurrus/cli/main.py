@@ -23,6 +23,7 @@ from susurrus.cli.args import (
     ms_list,
 )
 from susurrus.cli.serve import add_limit_args, cmd_client, cmd_serve, cmd_serve_ray
+from susurrus.speakers.options import add_speaker_args
 from susurrus.writers import WRITERS, format_timestamp, write_result
 
 THREADS_HELP = ("torch threads (default: %(default)s: one thread was 2-5x faster than all cores on a "
@@ -92,6 +93,12 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
         word_timestamps=args.word_timestamps, without_timestamps=args.without_timestamps,
         initial_prompt=args.initial_prompt, condition_on_previous_text=not args.no_condition_on_previous_text,
         vad=not args.no_vad)
+    from susurrus.speakers.options import tracker_from_args, wants_speakers
+
+    diarize = wants_speakers(args)
+    if diarize:
+        options["word_timestamps"] = True  # a label per word
+        tracker_from_args(args)  # the options and clips checked before any file
     for path in names:
         interrupted = False
         try:
@@ -117,7 +124,7 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
             for segment in segments:
                 collected.append(segment)
                 bar.update(round(min(segment.end, info.duration) - bar.n, 2))
-                if not args.quiet:
+                if not args.quiet and not diarize:
                     line = (f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] "
                             f"{segment.text.strip()}")
                     tqdm.write(line, file=sys.stdout)
@@ -126,6 +133,14 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
         else:
             bar.update(round(info.duration - bar.n, 2))
         bar.close()
+        if diarize:  # the whole file's speakers, then the lines
+            from susurrus.audio.io import decode_audio
+            from susurrus.speakers.offline import diarize_segments
+
+            collected = diarize_segments(decode_audio(path), collected, tracker_from_args(args, keep_all=True))
+            for segment in collected if not args.quiet else []:
+                print(f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] "
+                      f"[{segment.speaker}] {segment.text.strip()}", flush=True)
         text = "".join(segment.text.strip() + "\n" for segment in collected)
         for fmt in formats:
             write = functools.partial(write_result, fmt, collected, info)
@@ -149,6 +164,10 @@ def _cmd_stream(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.diarize:  # speaker labels on conversations assembled from the data root (speakers/bench.py)
+        from susurrus.speakers.bench import cli_main
+
+        return cli_main(args)
     try:
         from susurrus.evaluation.data import read_items
 
@@ -274,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--quiet", action="store_true", help="print no segments or progress")
     t.add_argument("--progress", action="store_true", help="show the progress bar even when "
                                                            "stderr is not a terminal")
+    add_speaker_args(t)
     t.set_defaults(func=_cmd_transcribe)
 
     s = sub.add_parser("stream", help="transcribe live: audio streams in, text streams out",
@@ -315,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output-dir", "-o", default=".",
                    help="folder to write into, made if missing (default: current dir)")
     s.add_argument("--quiet", action="store_true", help="no live display")
+    add_speaker_args(s)
     s.set_defaults(func=_cmd_stream)
 
     b = sub.add_parser("bench", help="measure streaming accuracy, latency, cost and health on speech",
@@ -358,6 +379,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="list this many worst items per setting (default: %(default)s)")
     b.add_argument("--json", default=None, help="write every item's texts and figures here (JSON)")
     b.add_argument("--plot", default=None, help="write a WER-versus-latency plot (PNG) here")
+    b.add_argument("--diarize", action="store_true",
+                   help="speaker labels instead: DER and WDER (pyannote.metrics) on 2-4 speaker conversations "
+                        "assembled from INPUT (the shared data root; cached in ~/.cache/susurrus/diarization)")
+    b.add_argument("--diarize-asr", type=int, default=2, metavar="N",
+                   help="with --diarize: also stream the first N conversations of each set through the model "
+                        "(real words: WDER, text identity) (default: %(default)s)")
     b.set_defaults(func=_cmd_bench)
 
     v = sub.add_parser("serve", help="server: OpenAI Realtime transcription over WebSocket, OpenAI's audio REST "

@@ -93,12 +93,16 @@ def cmd_stream(args: argparse.Namespace) -> int:
         audio = _decode(args.input)
         name = Path(args.input).stem
 
+    from susurrus.speakers.options import tracker_from_args
+
+    tracker = tracker_from_args(args)  # speaker options and clips checked before the model loads
     import susurrus
 
     model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output,
                                 compute_type=args.compute_type, device=args.device)
     check_model_options(model, args.language, args.task)
     stream = model.stream(args.latency, **settings)
+    stream.speakers = tracker
     block = config.chunk_ms * 16
     with Interrupt() as interrupt:
         if audio is None:
@@ -182,12 +186,19 @@ def _run(args: argparse.Namespace, stream: Any, blocks: Iterator[Any], interrupt
     live = args.input == "-" or args.realtime  # a live source: its audio clock runs as we transcribe
     watch = LagWatch(clock)
     interim = ""
+    speaker: list[str | None] = [None]  # the last speaker shown (diarize)
 
     def show(events: list[Any]) -> None:
         nonlocal interim
         committed = ""
         for event in events:
             if isinstance(event, Committed):
+                if event.speaker and event.speaker != speaker[0]:  # a new speaker: a new line
+                    display.update(committed, "")
+                    committed = f"[{event.speaker}]"
+                    if speaker[0] is not None or display.line:
+                        display.end_line()
+                    speaker[0] = event.speaker
                 committed += event.text
             elif isinstance(event, Interim):
                 interim = event.text

@@ -4,6 +4,7 @@ streaming engine's decisions share."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from susurrus.streaming.vad import SAMPLE_RATE, TurnConfig
 
@@ -93,6 +94,9 @@ class StreamConfig:
     # text the decoder is conditioned on, as Whisper's initial prompt offline (names, terms,
     # style); unlike the text so far it is kept in every window's prompt, loops and stalls too
     prompt: str | None = None
+    # speaker labels on committed words (``model.stream(diarize=True)`` sets it; ``speakers/``):
+    # a ``susurrus.speakers.settings.Diarization``, None for none
+    diarization: Any = None
 
     @property
     def gate_threshold(self) -> float:

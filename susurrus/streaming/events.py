@@ -15,13 +15,15 @@ class StreamWord:
     end: float
     emitted_at: float  # seconds of audio fed when it was committed
     probability: float
+    speaker: str | None = None  # "S1", "S2", ... or an enrolled name (``diarize``); None without
 
 
 @dataclass(frozen=True)
 class Committed:
-    """Words that became final. Never revised."""
+    """Words that became final. Never revised. With ``diarize``, all of one ``speaker``."""
 
     words: list[StreamWord]
+    speaker: str | None = None
 
     @property
     def text(self) -> str:

@@ -22,7 +22,7 @@ def words_to_segments(words: Sequence[StreamWord], max_gap: float = 1.0, max_len
     for w in words:
         if groups:
             cur = groups[-1]
-            ended = cur[-1].word.strip().endswith(SENTENCE_END)
+            ended = cur[-1].word.strip().endswith(SENTENCE_END) or cur[-1].speaker != w.speaker
             if not (ended or w.start - cur[-1].end > max_gap):
                 if w.end - cur[0].start <= max_len:
                     cur.append(w)
@@ -35,7 +35,7 @@ def words_to_segments(words: Sequence[StreamWord], max_gap: float = 1.0, max_len
         groups.append([w])
     return [Segment(id=i, seek=0, start=g[0].start, end=g[-1].end, text="".join(w.word for w in g),
                     tokens=[], avg_logprob=0.0, compression_ratio=0.0, no_speech_prob=0.0, temperature=0.0,
-                    words=[Word(w.start, w.end, w.word, w.probability) for w in g])
+                    words=[Word(w.start, w.end, w.word, w.probability, w.speaker) for w in g], speaker=g[0].speaker)
             for i, g in enumerate(groups)]
 
 
@@ -50,9 +50,10 @@ def write_stream_result(fmt: str, words: Sequence[StreamWord], duration: float, 
     doc = {
         "text": "".join(w.word for w in words).strip(),
         "duration": round(duration, 3),
-        "segments": [{"id": s.id, "start": s.start, "end": s.end, "text": s.text.strip()} for s in segments],
+        "segments": [{"id": s.id, "start": s.start, "end": s.end, "text": s.text.strip(),
+                      **({"speaker": s.speaker} if s.speaker else {})} for s in segments],
         "words": [{"word": w.word, "start": w.start, "end": w.end, "emitted_at": w.emitted_at,
-                   "probability": w.probability} for w in words],
+                   "probability": w.probability, **({"speaker": w.speaker} if w.speaker else {})} for w in words],
     }
     path.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     return path

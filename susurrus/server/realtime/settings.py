@@ -16,6 +16,7 @@ from susurrus.server.realtime.protocol import (
     UNSUPPORTED_RATE,
     ProtocolError,
 )
+from susurrus.speakers.settings import SPEAKER_KEYS, Diarization, parse_diarization
 from susurrus.streaming.session import StreamConfig, stream_config
 from susurrus.streaming.vad import TurnConfig
 
@@ -90,6 +91,7 @@ class SessionSettings:
     latency: str = "medium"
     chunk_ms: int | None = None
     lookahead_ms: int | None = None
+    diarization: Diarization | None = None  # susurrus.diarize: speaker labels (speakers/)
 
     @property
     def server_turns(self) -> bool:
@@ -98,7 +100,7 @@ class SessionSettings:
 
     def stream_config(self) -> StreamConfig:
         cfg = stream_config(self.latency, chunk_ms=self.chunk_ms, lookahead_ms=self.lookahead_ms,
-                            language=self.language, prompt=self.prompt or None)
+                            language=self.language, prompt=self.prompt or None, diarization=self.diarization)
         if self.turn_detection is None:
             return cfg
         turns, semantic = turn_config(self.turn_detection)
@@ -222,6 +224,8 @@ def apply_update(settings: SessionSettings, event: dict[str, Any], *, multilingu
                 raise ProtocolError(INVALID_VALUE, f"susurrus.{key} must be an integer (ms) or null",
                                     f"session.susurrus.{key}")
             changes[key] = v
+    if any(k in ext for k in SPEAKER_KEYS):
+        changes["diarization"] = parse_diarization(ext, settings.diarization)
     updated = replace(settings, **changes)
     try:
         updated.stream_config()
@@ -284,7 +288,8 @@ def session_object(settings: SessionSettings, *, dialect: str, session_id: str, 
     if settings.delay is not None:
         transcription["delay"] = settings.delay
     ext = {"latency": settings.latency, "chunk_ms": cfg.chunk_ms, "lookahead_ms": cfg.lookahead_ms,
-           "commit_margin_ms": cfg.commit_margin_ms, "requested_model": settings.model}
+           "commit_margin_ms": cfg.commit_margin_ms, "requested_model": settings.model,
+           **(settings.diarization.as_dict() if settings.diarization else {"diarize": False})}
     if dialect == "beta":
         return {"id": session_id, "object": "realtime.transcription_session", "modalities": ["text"],
                 "input_audio_format": "pcm16", "input_audio_transcription": transcription,

@@ -60,11 +60,21 @@ class Transcriber:
         self.metrics = metrics
         self.extensions = extensions
         self._streaming: weakref.WeakSet[Item | TurnStream] = weakref.WeakSet()  # items that had a stream
+        self._speakers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # the last speaker announced
 
     def _open(self, target: Item | TurnStream) -> Any:
         target.stream = self.model.stream(**_stream_kwargs(target.config))
         self._streaming.add(target)
         return target.stream
+
+    def _speaker_change(self, target: Item | TurnStream, item_id: str, ev: Committed,
+                        shift_s: float = 0.0) -> list[dict[str, Any]]:
+        """``susurrus.speaker`` when a session with speaker labels hears another speaker."""
+        if ev.speaker is None or self._speakers.get(target) == ev.speaker:
+            return []
+        self._speakers[target] = ev.speaker
+        return [server_event("susurrus.speaker", item_id=item_id, speaker=ev.speaker,
+                             start=round(ev.words[0].start + shift_s, 3))]
 
     @staticmethod
     def _release(target: Item | TurnStream) -> None:
@@ -176,9 +186,11 @@ class Transcriber:
                 out.append(server_event("conversation.item.input_audio_transcription.delta", item_id=item.id,
                                         content_index=0, delta=text))
                 if self.extensions:
+                    out.extend(self._speaker_change(item, item.id, ev))
                     out.append(server_event("susurrus.words", item_id=item.id, words=[
                         {"word": w.word, "start": w.start, "end": w.end, "emitted_at": w.emitted_at,
-                         "probability": w.probability} for w in ev.words]))
+                         "probability": w.probability, **({"speaker": w.speaker} if w.speaker else {})}
+                        for w in ev.words]))
             elif isinstance(ev, Interim) and self.extensions and ev.text != item.interim:
                 item.interim = ev.text
                 out.append(server_event("susurrus.interim", item_id=item.id, text=ev.text,
@@ -289,6 +301,7 @@ class Transcriber:
                 out.append(server_event("conversation.item.input_audio_transcription.delta", item_id=turn.id,
                                         content_index=0, delta=text))
                 if self.extensions:
+                    out.extend(self._speaker_change(ts, turn.id, ev, ts.shift_s))
                     out.append(server_event("susurrus.words", item_id=turn.id,
                                             words=_word_dicts(ev.words, ts.shift_s)))
             elif isinstance(ev, Interim) and self.extensions and ts.turn is not None \
@@ -301,7 +314,8 @@ class Transcriber:
 
 def _word_dicts(words: list[StreamWord], shift_s: float = 0.0) -> list[dict[str, Any]]:
     return [{"word": w.word, "start": round(w.start + shift_s, 3), "end": round(w.end + shift_s, 3),
-             "emitted_at": round(w.emitted_at + shift_s, 3), "probability": w.probability} for w in words]
+             "emitted_at": round(w.emitted_at + shift_s, 3), "probability": w.probability,
+             **({"speaker": w.speaker} if w.speaker else {})} for w in words]
 
 
 def _stream_kwargs(cfg: StreamConfig) -> dict[str, Any]:

@@ -57,13 +57,17 @@ from susurrus.server.rest.jobs import (
     stream_job,
     too_large,
 )
+from susurrus.speakers.rest import SpeakerRequest, diarized_body, label_segments, parse_speakers
 from susurrus.writers import render_result, transcript_text
 
-FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 STREAMABLE = ("json", "text")
 # OpenAI's speech-to-text model names, answered by the server's model
 OPENAI_MODELS = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "gpt-4o-mini-transcribe-2025-12-15",
                  "gpt-4o-transcribe-diarize", "gpt-transcribe")
+# a text field's size at most: known_speaker_references[] are audio clips as data URLs (a 10 s
+# 16-bit 48 kHz clip is 1.3 MB in base64); the other fields are small
+MAX_FIELD_BYTES = 2 * 1024 * 1024
 FORM_OVERHEAD = 256 * 1024  # multipart headers and the small fields, beyond the file itself
 DRAIN_FACTOR = 4  # a refused upload is read (and discarded) up to this many times the limit, so the
 # client gets the error instead of a broken pipe; beyond that the connection is closed
@@ -117,11 +121,12 @@ class AudioRequest:
     response_format: str
     words: bool  # timestamp_granularities[] holds "word"
     stream: bool
+    speakers: SpeakerRequest | None = None  # speaker labels (speakers/rest.py)
 
     def options(self) -> dict[str, Any]:
         """``susurrus transcribe --beam-size 1``'s options for this request."""
         return offline.transcribe_options(language=self.language, task=self.task, temperature=self.temperature,
-                                          word_timestamps=self.words, initial_prompt=self.prompt or None,
+                                          word_timestamps=self.words or self.speakers is not None, initial_prompt=self.prompt or None,
                                           beam_size=REST_BEAM_SIZE)
 
 
@@ -186,8 +191,12 @@ def parse_request(form: FormData, task: str, model: Any) -> AudioRequest:
     if stream in ("true", "1") and fmt not in STREAMABLE:
         raise RestError(400, f"stream=true answers with transcript.text events; response_format {fmt!r} cannot "
                              f"be streamed (use {' or '.join(STREAMABLE)})", "invalid_value", "response_format")
+    speakers = parse_speakers(form, fmt, lambda msg, param: RestError(400, msg, "invalid_value", param))
+    if speakers is not None and (task == "translate" or stream in ("true", "1")):
+        raise RestError(400, "speaker labels are given for transcriptions answered whole (not translate, not "
+                             "stream=true)", "invalid_value", "response_format")
     return AudioRequest(task, language, _text_field(form, "prompt"), temperature or None, fmt,
-                        "word" in granularities, stream in ("true", "1"))
+                        "word" in granularities, stream in ("true", "1"), speakers)
 
 
 # ---------------------------------------------------------------------------- answers
@@ -196,7 +205,7 @@ def parse_request(form: FormData, task: str, model: Any) -> AudioRequest:
 def _segment_dict(s: Any) -> dict[str, Any]:
     return {"id": s.id, "seek": s.seek, "start": s.start, "end": s.end, "text": s.text, "tokens": list(s.tokens),
             "temperature": s.temperature, "avg_logprob": s.avg_logprob, "compression_ratio": s.compression_ratio,
-            "no_speech_prob": s.no_speech_prob}
+            "no_speech_prob": s.no_speech_prob, **({"speaker": s.speaker} if s.speaker else {})}
 
 
 def render(req: AudioRequest, info: Any, segments: list, headers: dict[str, str]) -> Response:
@@ -207,13 +216,15 @@ def render(req: AudioRequest, info: Any, segments: list, headers: dict[str, str]
         return PlainTextResponse(render_result(fmt, segments, info), headers=headers)
     usage = {"type": "duration", "seconds": round(info.duration, 3)}
     body: dict[str, Any] = {"text": transcript_text(segments)}
+    if req.response_format == "diarized_json":
+        return JSONResponse(diarized_body(info, segments, body["text"]), headers=headers)
     if req.response_format == "verbose_json":
         language = "english" if req.task == "translate" else LANGUAGES.get(info.language, info.language)
         body = {"task": req.task, "language": language, "duration": round(info.duration, 3), **body,
                 "segments": [_segment_dict(s) for s in segments]}
         if req.words:
-            body["words"] = [{"word": w.word.strip(), "start": w.start, "end": w.end, "probability": w.probability}
-                             for s in segments for w in s.words or []]
+            body["words"] = [{"word": w.word.strip(), "start": w.start, "end": w.end, "probability": w.probability,
+                              **({"speaker": w.speaker} if w.speaker else {})} for s in segments for w in s.words or []]
     if req.task == "transcribe":
         body["usage"] = usage
     return JSONResponse(body, headers=headers)
@@ -282,7 +293,7 @@ async def _audio(request: Request, state: Any, task: str) -> Response:
             raise RestError(400, "send the audio as multipart/form-data with a 'file' field", "invalid_request",
                             "file")
         try:
-            form = await Request(request.scope, body).form(max_files=4, max_fields=64, max_part_size=64 * 1024)
+            form = await Request(request.scope, body).form(max_files=4, max_fields=64, max_part_size=MAX_FIELD_BYTES)
         except _TooLarge:
             raise too_large(limits) from None
         except HTTPException as err:
@@ -341,6 +352,11 @@ async def _audio(request: Request, state: Any, task: str) -> Response:
     except Exception as err:  # noqa: BLE001 - a failed job is a 500 with OpenAI's body
         raise RestError(500, f"transcription failed: {type(err).__name__}: {err}", "transcription_failed",
                         type="server_error") from None
+    if req.speakers is not None:
+        try:
+            segments = await loop.run_in_executor(state.pool, label_segments, samples, segments, req.speakers)
+        except ValueError as err:  # a bad reference clip or count, named
+            raise RestError(400, str(err), "invalid_value", "known_speaker_references") from None
     return render(req, info, segments, headers)
 
 

@@ -15,8 +15,15 @@ const $ = (id) => document.getElementById(id);
 const ui = {
   start: $("start"), stop: $("stop"), latency: $("latency"), file: $("file"), apikey: $("apikey"), turns: $("turns"),
   level: $("level"), status: $("status"), transcript: $("transcript"), wsurl: $("wsurl"),
-  wordinfo: $("wordinfo"),
+  wordinfo: $("wordinfo"), speakers: $("speakers"),
 };
+// one colour per speaker label (S1, S2, ... or an enrolled name), in order of appearance
+const SPEAKER_COLOURS = ["#1f5fbf", "#b8410f", "#237a3b", "#7a2fa8", "#a0185a", "#5c6b00", "#0f7a7a", "#6b4a1f"];
+const speakerColour = new Map();
+function colourOf(speaker) {
+  if (!speakerColour.has(speaker)) speakerColour.set(speaker, SPEAKER_COLOURS[speakerColour.size % SPEAKER_COLOURS.length]);
+  return speakerColour.get(speaker);
+}
 const wsUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
 ui.wsurl.textContent = wsUrl;
 
@@ -91,9 +98,22 @@ function onEvent(ev, ws) {
         span.textContent = atStart && i === 0 ? w.word.trimStart() : w.word;
         span.title = `${fmt(w.start)} – ${fmt(w.end)}, committed at ${fmt(w.emitted_at)} ` +
           `(+${(w.emitted_at - w.end).toFixed(2)} s), p=${Number(w.probability).toFixed(2)}`;
+        if (w.speaker) {
+          span.style.color = colourOf(w.speaker);
+          span.dataset.speaker = w.speaker;
+          span.title = `${w.speaker}: ${span.title}`;
+        }
         target.append(span);
       });
       it.pendingDelta = null;
+      break;
+    }
+    case "susurrus.speaker": { // a new speaker: a tag in their colour before their words
+      const it = item(ev.item_id);
+      const tag = it.committed.appendChild(document.createElement("span"));
+      tag.className = "speaker";
+      tag.textContent = ` [${ev.speaker}] `;
+      tag.style.color = colourOf(ev.speaker);
       break;
     }
     case "susurrus.interim":
@@ -177,7 +197,7 @@ function connect() {
           audio: { input: { format: { type: "audio/pcm", rate: RATE },
                             turn_detection: turns ? { type: "server_vad" } : null,
                             transcription: { model: "susurrus" } } },
-          susurrus: { latency: ui.latency.value },
+          susurrus: { latency: ui.latency.value, diarize: ui.speakers.checked },
         },
       }));
       resolve(ws);

@@ -1,0 +1,171 @@
+"""Clustering speaker embeddings: online (a stream: bounded state, decisions never revisited)
+and offline (a whole file: agglomerative, the reference the stream is compared with).
+
+Embeddings are unit vectors; similarity is their dot product (cosine). GE2E's ReLU output makes
+every similarity >= 0. One threshold decides "same speaker": :data:`SAME_SPEAKER`, the
+equal-error point of same- and different-speaker pairs of 1.6 s partials measured over the
+speakers of the shared data (40 speakers, 272 partials: 0.582, EER 7.9 %; ``python -m
+susurrus.speakers.threshold`` measures it again). Average linkage compares mean pairwise
+similarities, so the pairs' equal-error point is its natural cut. The stream compares an
+embedding with a centroid (a mean: its noise averaged out, it is nearer to everything), so it has
+its own bar, :data:`SAME_CENTROID`, the equal-error point of embeddings against the centroid of 8
+other embeddings of the same or of another speaker (the same script). With the pairs' bar there
+the stream merged speakers: 2-speaker DER 22.9 %, 3-speaker 36.2 %, the count right on 4/8 and
+1/6 (docs/benchmarks.md, "Speakers")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SAME_SPEAKER = 0.58  # cosine similarity; see the module docstring (measured: 0.582, EER 7.9 %)
+SAME_CENTROID = 0.68  # an embedding against a speaker's centroid (measured: 0.684, EER 1.0 %)
+PENDING = -1
+
+
+@dataclass
+class SpeakerConfig:
+    """``speakers``: exactly that many (None: unknown); ``min_speakers`` / ``max_speakers``
+    bound the count (past ``max`` a new voice is merged into the nearest speaker); ``threshold``:
+    the similarity at or above which two embeddings (or clusters, offline) are one speaker;
+    ``centroid_threshold``: an embedding and a speaker's centroid (the stream)."""
+
+    speakers: int | None = None
+    min_speakers: int = 1
+    max_speakers: int | None = None
+    threshold: float = SAME_SPEAKER
+    centroid_threshold: float = SAME_CENTROID
+
+    def __post_init__(self) -> None:
+        if self.speakers is not None:
+            if self.speakers < 1:
+                raise ValueError(f"speakers must be at least 1, got {self.speakers}")
+            self.min_speakers = self.max_speakers = self.speakers
+        if self.min_speakers < 1:
+            raise ValueError(f"min_speakers must be at least 1, got {self.min_speakers}")
+        if self.max_speakers is not None and self.max_speakers < self.min_speakers:
+            raise ValueError(f"max_speakers ({self.max_speakers}) is below min_speakers ({self.min_speakers})")
+
+
+@dataclass
+class OnlineClusters:
+    """Centroids (sums of unit embeddings) and counts: the whole state, flat however long the
+    stream. A new speaker opens only when two consecutive embeddings agree with each other and
+    with no speaker (one embedding that fits nobody is usually a window across a change of
+    speaker, or a cough); until the count reaches ``min_speakers`` the bar for "fits nobody" is
+    lowered by ``MIN_MARGIN``."""
+
+    config: SpeakerConfig
+    sums: list[np.ndarray] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    names: list[str | None] = field(default_factory=list)
+    pending: np.ndarray | None = None  # the last embedding that fitted nobody
+
+    MIN_MARGIN = 0.1
+
+    def enrol(self, name: str, embedding: np.ndarray, weight: int = 4) -> None:
+        self.sums.append(embedding * weight)
+        self.counts.append(weight)
+        self.names.append(name)
+
+    def centroids(self) -> np.ndarray:
+        if not self.sums:
+            return np.zeros((0, len(self.pending) if self.pending is not None else 256), np.float32)
+        c = np.stack(self.sums)
+        return c / np.linalg.norm(c, axis=1, keepdims=True)
+
+    def _add(self, k: int, e: np.ndarray) -> int:
+        self.sums[k] = self.sums[k] + e
+        self.counts[k] += 1
+        return k
+
+    def _open(self, e: np.ndarray) -> int:
+        self.sums.append(e.copy())
+        self.counts.append(1)
+        self.names.append(None)
+        return len(self.sums) - 1
+
+    def assign(self, e: np.ndarray) -> tuple[int, int | None]:
+        """The speaker of embedding ``e`` (PENDING while it may open a new one), and the earlier
+        pending embedding's speaker if this decision settled it (else None)."""
+        cfg, n = self.config, len(self.sums)
+        if n == 0:
+            return self._open(e), None
+        sims = self.centroids() @ e
+        best = int(np.argmax(sims))
+        full = cfg.max_speakers is not None and n >= cfg.max_speakers
+        bar = cfg.centroid_threshold + (self.MIN_MARGIN if n < cfg.min_speakers else 0.0)
+        prev, self.pending = self.pending, None
+        if sims[best] >= bar or full:
+            settled = self._add(int(np.argmax(self.centroids() @ prev)), prev) if prev is not None else None
+            return self._add(best, e), settled
+        if prev is not None and float(prev @ e) >= cfg.threshold:
+            k = self._open(prev)
+            return self._add(k, e), k
+        settled = self._add(int(np.argmax(self.centroids() @ prev)), prev) if prev is not None else None
+        self.pending = e
+        return PENDING, settled
+
+    def nearest(self, e: np.ndarray) -> int:
+        return int(np.argmax(self.centroids() @ e))
+
+
+def cluster_offline(embeddings: np.ndarray, config: SpeakerConfig, refs: list[np.ndarray] | None = None) -> np.ndarray:
+    """Speaker index per embedding, from agglomerative clustering (average linkage, cosine
+    distance) cut at ``1 - threshold`` and brought within ``[min, max]``; enrolled references
+    (``refs``) take indices ``0..len(refs)-1`` (each cluster joins its nearest reference when
+    it is that similar). Clusters of a single embedding join their nearest neighbour."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    n = len(embeddings)
+    if n == 0:
+        return np.zeros(0, int)
+    if n == 1:
+        labels = np.zeros(1, int)
+    else:
+        tree = linkage(embeddings, method="average", metric="cosine")
+        labels = fcluster(tree, 1.0 - config.threshold, criterion="distance") - 1
+        k = len(set(labels))
+        lo, hi = config.min_speakers, config.max_speakers or n
+        if not lo <= k <= hi:
+            labels = fcluster(tree, min(max(k, lo), hi, n), criterion="maxclust") - 1
+        labels = _absorb_singletons(embeddings, labels)
+    return _match_refs(embeddings, labels, refs or [], config.threshold)
+
+
+def _means(embeddings: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.unique(labels)
+    m = np.stack([embeddings[labels == i].mean(0) for i in ids])
+    return ids, m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+def _absorb_singletons(embeddings: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    ids, counts = np.unique(labels, return_counts=True)
+    big = ids[counts > 1]
+    if len(big) == 0 or len(big) == len(ids):
+        return labels
+    bids, means = _means(embeddings[np.isin(labels, big)], labels[np.isin(labels, big)])
+    out = labels.copy()
+    for i in ids[counts == 1]:
+        j = np.flatnonzero(labels == i)[0]
+        out[j] = bids[int(np.argmax(means @ embeddings[j]))]
+    return out
+
+
+def _match_refs(embeddings: np.ndarray, labels: np.ndarray, refs: list[np.ndarray], threshold: float) -> np.ndarray:
+    """Renumber: clusters that match a reference take its index, the rest follow."""
+    ids, means = _means(embeddings, labels)
+    mapping: dict[int, int] = {}
+    if refs:
+        sims = means @ np.stack(refs).T
+        for i, cid in enumerate(ids):
+            j = int(np.argmax(sims[i]))
+            if sims[i, j] >= threshold and j not in mapping.values():
+                mapping[int(cid)] = j
+    nxt = len(refs)
+    for cid in ids:
+        if int(cid) not in mapping:
+            mapping[int(cid)] = nxt
+            nxt += 1
+    return np.array([mapping[int(c)] for c in labels])

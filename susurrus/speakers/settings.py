@@ -1,0 +1,45 @@
+"""A stream's speaker settings as a plain value (``StreamConfig.diarization``): picklable, so a
+stream opened in a worker process (the server's) gets them too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Diarization:
+    speakers: int | None = None
+    min_speakers: int | None = None
+    max_speakers: int | None = None
+    refs: tuple[tuple[str, tuple[float, ...]], ...] = ()  # enrolled names and their voice prints
+
+    def as_dict(self) -> dict:
+        return {"diarize": True, "speakers": self.speakers, "min_speakers": self.min_speakers,
+                "max_speakers": self.max_speakers, "speaker_names": [n for n, _ in self.refs]}
+
+
+SPEAKER_KEYS = ("diarize", "speakers", "min_speakers", "max_speakers")
+
+
+def parse_diarization(ext: dict, current: Diarization | None) -> Diarization | None:
+    """A Realtime session's ``susurrus`` extension: ``{"diarize": true, "speakers": N,
+    "min_speakers": N, "max_speakers": N}`` (counts optional, null for unknown); ``diarize:
+    false`` turns labels off. A bad value raises the protocol's ``invalid_value`` error."""
+    from susurrus.server.realtime.protocol import INVALID_VALUE, ProtocolError
+
+    on = ext.get("diarize", current is not None)
+    if not isinstance(on, bool):
+        raise ProtocolError(INVALID_VALUE, "susurrus.diarize must be true or false", "session.susurrus.diarize")
+    counts = {}
+    for key in SPEAKER_KEYS[1:]:
+        v = ext.get(key, getattr(current, key) if current else None)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ProtocolError(INVALID_VALUE, f"susurrus.{key} must be a whole number of at least 1, or null",
+                                f"session.susurrus.{key}")
+        counts[key] = v
+    if not on:
+        return None
+    if counts["min_speakers"] and counts["max_speakers"] and counts["max_speakers"] < counts["min_speakers"]:
+        raise ProtocolError(INVALID_VALUE, "susurrus.max_speakers is below min_speakers",
+                            "session.susurrus.max_speakers")
+    return Diarization(**counts, refs=current.refs if current else ())

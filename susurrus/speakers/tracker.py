@@ -1,0 +1,149 @@
+"""Who is speaking, per stream: embeddings of the voiced audio at a fixed hop, clustered online,
+and each committed word's speaker, decided once when the word is committed.
+
+Every ``HOP_S`` of audio the 1.6 s ending there is embedded when at least half of its VAD frames
+are speech (the stream's Silero VAD; without one, frames above an energy floor). A committed
+word takes the speaker most of the windows centred on it were assigned (a window's middle
+``CENTRE_S``, the part whose speaker it best tells, weighted by overlap with the word); with none
+near it, the nearest window's. Labels are ``S1``, ``S2``, ... in the order speakers first get a
+word, or an enrolled speaker's name. The state is bounded: the clusters' sums and counts, the
+last ``KEEP_S`` seconds of windows and 2 s of audio (``keep_all`` keeps every window's embedding,
+for offline clustering of the same embeddings)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from susurrus.speakers.cluster import PENDING, OnlineClusters, SpeakerConfig, cluster_offline
+from susurrus.speakers.encoder import PARTIAL_SAMPLES, SAMPLE_RATE, embed_partials
+
+HOP_S = 0.5  # one embedding per half second of voiced audio (~24 ms of one core each)
+HOP = int(HOP_S * SAMPLE_RATE)
+CENTRE_S = 0.8
+KEEP_S = 60.0  # windows kept for labelling words (a word commits within seconds of its end)
+VOICED = 0.5  # a window is embedded when this fraction of its frames is speech
+
+Voiced = Callable[[float, float], float | None]  # (start_s, end_s) -> fraction of speech frames
+
+
+@dataclass
+class Window:
+    start: float
+    end: float
+    cluster: int
+    embedding: np.ndarray
+
+
+def energy_voiced(audio: np.ndarray, start_s: float, end_s: float) -> float:
+    """Fraction of 32 ms frames within 40 dB of the window's loudest (no VAD)."""
+    x = audio[int(start_s * SAMPLE_RATE): int(end_s * SAMPLE_RATE)]
+    n = len(x) // 512
+    if n == 0:
+        return 0.0
+    rms = np.sqrt((x[: n * 512].reshape(n, 512) ** 2).mean(1)) + 1e-9
+    return float(np.mean((rms > 1e-3) & (rms > rms.max() * 0.01)))
+
+
+class SpeakerTracker:
+    def __init__(self, config: SpeakerConfig | None = None, refs: dict[str, np.ndarray] | None = None,
+                 keep_all: bool = False) -> None:
+        self.config = config or SpeakerConfig()
+        self.clusters = OnlineClusters(self.config)
+        for name, emb in (refs or {}).items():
+            self.clusters.enrol(name, emb)
+        self.refs = dict(refs or {})
+        self.windows: deque[Window] = deque(maxlen=int(KEEP_S / HOP_S))
+        self.all: list[Window] | None = [] if keep_all else None
+        self.audio = np.zeros(0, np.float32)  # the last samples, ending at ``samples``
+        self.samples = 0
+        self.next_end = PARTIAL_SAMPLES
+        self.labels: dict[int, str] = {}
+        self.embedded = 0
+
+    def push(self, samples: np.ndarray, voiced: Voiced | None = None) -> None:
+        """Audio fed to the stream (16 kHz float32); ``voiced`` reads the stream's VAD."""
+        keep = PARTIAL_SAMPLES + 2 * HOP + len(samples)
+        self.audio = np.concatenate([self.audio, np.asarray(samples, np.float32)])[-keep:]
+        self.samples += len(samples)
+        due: list[tuple[float, float, np.ndarray]] = []
+        while self.next_end <= self.samples:
+            end = self.next_end
+            self.next_end += HOP
+            a, b = (end - PARTIAL_SAMPLES) / SAMPLE_RATE, end / SAMPLE_RATE
+            off = len(self.audio) - (self.samples - end)
+            piece = self.audio[max(0, off - PARTIAL_SAMPLES): off]
+            frac = voiced(a, b) if voiced is not None else None
+            if frac is None:
+                frac = energy_voiced(piece, 0.0, len(piece) / SAMPLE_RATE)
+            if frac >= VOICED and len(piece) == PARTIAL_SAMPLES:
+                due.append((a, b, piece))
+        if due:
+            self._add(due)
+
+    def _add(self, due: list[tuple[float, float, np.ndarray]]) -> None:
+        embs = embed_partials([p for _, _, p in due])
+        self.embedded += len(due)
+        for (a, b, _), e in zip(due, embs, strict=True):
+            k, settled = self.clusters.assign(e)
+            if settled is not None:
+                for w in reversed(self.windows):
+                    if w.cluster == PENDING:
+                        w.cluster = settled
+                        break
+            w = Window(a, b, k, e)
+            self.windows.append(w)
+            if self.all is not None:
+                self.all.append(w)
+
+    # ------------------------------------------------------------------ labels
+
+    def _cluster_of(self, start: float, end: float, windows: Sequence[Window], ids: Sequence[int]) -> int | None:
+        if end - start < 0.3:
+            mid = (start + end) / 2
+            start, end = mid - 0.15, mid + 0.15
+        votes: dict[int, float] = {}
+        half = CENTRE_S / 2
+        for w, k in zip(windows, ids, strict=True):
+            mid = (w.start + w.end) / 2
+            overlap = min(end, mid + half) - max(start, mid - half)
+            if overlap > 0:
+                votes[k] = votes.get(k, 0.0) + overlap
+        if votes:
+            return max(votes, key=votes.get)
+        if not windows:
+            return None
+        mids = np.array([(w.start + w.end) / 2 for w in windows])
+        return ids[int(np.argmin(np.abs(mids - (start + end) / 2)))]
+
+    def _name(self, k: int | None, names: dict[int, str], ref_names: Sequence[str | None]) -> str:
+        if k is None:
+            return next(iter(names.values()), "S1") if names else "S1"
+        if k not in names:
+            named = ref_names[k] if k < len(ref_names) else None
+            names[k] = named or f"S{sum(1 for v in names.values() if v not in self.refs) + 1}"
+        return names[k]
+
+    def label(self, spans: Sequence[tuple[float, float]]) -> list[str]:
+        """The speaker of each word span (start, end), in the stream's labels; decided now."""
+        wins = list(self.windows)
+        ids = [w.cluster if w.cluster != PENDING else self.clusters.nearest(w.embedding) for w in wins]
+        return [self._name(self._cluster_of(s, e, wins, ids), self.labels, self.clusters.names) for s, e in spans]
+
+    def label_offline(self, spans: Sequence[tuple[float, float]]) -> list[str]:
+        """Word speakers from agglomerative clustering of every window (``keep_all``)."""
+        if self.all is None:
+            raise RuntimeError("label_offline needs a tracker made with keep_all=True")
+        refs = list(self.refs.values())
+        ids = list(cluster_offline(np.stack([w.embedding for w in self.all]) if self.all else np.zeros((0, 256)),
+                                   self.config, refs))
+        names: dict[int, str] = {}
+        ref_names = list(self.refs)
+        return [self._name(self._cluster_of(s, e, self.all, ids), names, ref_names) for s, e in spans]
+
+    @property
+    def speakers_found(self) -> int:
+        return len(self.clusters.sums)

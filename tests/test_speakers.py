@@ -1,0 +1,117 @@
+"""Speaker labels (``susurrus.speakers``): the encoder against Resemblyzer's own, the stream's
+labels on a two-speaker clip (JFK, then a LibriSpeech reader), labels only add, enrolment, bad
+reference clips, ``max_speakers``; the server's REST ``diarized_json`` through the OpenAI SDK and a
+realtime session with labels are in tests/test_speakers_server.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("resemblyzer.hparams", reason="speaker labels need resemblyzer (pip install susurrus[speakers])")
+
+from susurrus.audio.io import decode_audio  # noqa: E402
+from susurrus.speakers import make_tracker, parse_reference_args  # noqa: E402
+from susurrus.speakers.references import SpeakerReferenceError, load_reference  # noqa: E402
+
+JFK, OTHER = "jfk_inaugural", "librispeech_test-clean_1089-134686-0000"
+
+
+@pytest.fixture(scope="module")
+def clip(dev_item):
+    """~20 s: JFK (11 s), half a second of silence, 9 s of a LibriSpeech reader."""
+    a, b = decode_audio(dev_item(JFK).audio), decode_audio(dev_item(OTHER).audio)[: 9 * 16000]
+    return np.concatenate([a, np.zeros(8000, np.float32), b]), len(a) / 16000
+
+
+def test_encoder_equals_resemblyzer(dev_item):
+    try:
+        from resemblyzer import VoiceEncoder
+    except ImportError as e:  # its preprocessing needs webrtcvad (dev extras: webrtcvad-wheels)
+        pytest.skip(f"resemblyzer's own encoder does not import here: {e}")
+    from susurrus.speakers.encoder import embed_utterance
+
+    wav = decode_audio(dev_item(JFK).audio)
+    ours, theirs = embed_utterance(wav), VoiceEncoder("cpu", verbose=False).embed_utterance(wav)
+    assert np.abs(ours - theirs).max() < 1e-4
+
+
+@pytest.fixture(scope="module")
+def streams(tiny, clip):
+    audio, _ = clip
+    out = []
+    for diarize in (True, False):
+        s = tiny.stream(diarize=diarize)
+        events = list(s.events(audio[i:i + 3200] for i in range(0, len(audio), 3200)))
+        out.append((s, events))
+    return out
+
+
+def test_stream_labels_both_speakers_and_only_adds(streams, clip):
+    from susurrus.streaming.events import Committed
+
+    (labelled, events), (plain, _) = streams
+    _, change = clip
+    assert [w.word for w in labelled.words] == [w.word for w in plain.words]  # labels only add
+    assert [(w.start, w.end) for w in labelled.words] == [(w.start, w.end) for w in plain.words]
+    assert all(w.speaker is None for w in plain.words)
+    # a new voice opens a speaker once two consecutive 1.6 s windows (0.5 s apart) hear it: words
+    # committed in the first ~2 s after the change may keep the last speaker (decided, not revised)
+    first = [w.speaker for w in labelled.words if w.end < change - 0.5]
+    second = [w.speaker for w in labelled.words if w.start > change + 2.0]
+    assert first and second and set(first) == {"S1"} and set(second) == {"S2"}
+    committed = [e for e in events if isinstance(e, Committed)]
+    assert all({w.speaker for w in e.words} == {e.speaker} for e in committed)  # one speaker an event
+    assert [w for e in committed for w in e.words] == labelled.words  # decided once, as committed
+
+
+def test_stream_outputs_carry_speakers(streams, tmp_path):
+    import json
+
+    from susurrus.streaming.output import write_stream_result
+
+    (labelled, _), _ = streams
+    doc = json.loads(write_stream_result("json", labelled.words, labelled.audio_time, tmp_path / "a.json").read_text())
+    assert {s["speaker"] for s in doc["segments"]} == {"S1", "S2"}
+    assert all("speaker" in w for w in doc["words"])
+    assert "<v S2>" in write_stream_result("vtt", labelled.words, labelled.audio_time, tmp_path / "a.vtt").read_text()
+    assert "[S1] " in write_stream_result("txt", labelled.words, labelled.audio_time, tmp_path / "a.txt").read_text()
+
+
+def _labels(tracker, audio, spans):
+    tracker.push(audio)
+    return tracker.label(spans)
+
+
+def test_enrolled_name_and_max_speakers(clip, dev_item):
+    audio, change = clip
+    spans = [(1.0, 3.0), (change + 2.0, change + 4.0)]
+    ref = decode_audio(dev_item("librispeech_test-clean_1089-134691-0001").audio)  # the same reader, another sentence
+    assert _labels(make_tracker(refs={"Reader": ref}), audio, spans) == ["S1", "Reader"]
+    assert _labels(make_tracker(max_speakers=1), audio, spans) == ["S1", "S1"]  # merged into the nearest
+
+
+def test_bad_reference_clips_are_named(tmp_path, dev_item):
+    silence = np.zeros(16000 * 3, np.float32)
+    with pytest.raises(SpeakerReferenceError, match="'Ann'.*silence"):
+        load_reference("Ann", silence)
+    short = decode_audio(dev_item(JFK).audio)[int(3.3 * 16000): int(4.3 * 16000)]  # "ask not": ~1 s
+    with pytest.raises(SpeakerReferenceError, match="'Bob'.*too short"):
+        load_reference("Bob", short)
+    bad = tmp_path / "notes.wav"
+    bad.write_text("not audio at all")
+    with pytest.raises(SpeakerReferenceError, match=f"'Cy' \\({bad}\\): not readable audio"):
+        load_reference("Cy", bad)
+    with pytest.raises(SpeakerReferenceError, match="NAME=clip.wav"):
+        parse_reference_args(["noequals"])
+
+
+def test_stream_cli_refuses_a_bad_clip_before_loading(tmp_path, dev_item):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "x.wav"
+    bad.write_bytes(b"RIFF....WAVEjunk")
+    r = subprocess.run([sys.executable, "-m", "susurrus", "stream", dev_item(JFK).audio, "--diarize",
+                        "--speaker-ref", f"Ann={bad}"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "speaker reference 'Ann'" in r.stderr and "not readable audio" in r.stderr
