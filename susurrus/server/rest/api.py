@@ -126,8 +126,8 @@ class AudioRequest:
     def options(self) -> dict[str, Any]:
         """``susurrus transcribe --beam-size 1``'s options for this request."""
         return offline.transcribe_options(language=self.language, task=self.task, temperature=self.temperature,
-                                          word_timestamps=self.words or self.speakers is not None, initial_prompt=self.prompt or None,
-                                          beam_size=REST_BEAM_SIZE)
+                                          word_timestamps=self.words or self.speakers is not None,
+                                          initial_prompt=self.prompt or None, beam_size=REST_BEAM_SIZE)
 
 
 def accepted_models(model: Any) -> tuple[str, ...]:
