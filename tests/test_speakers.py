@@ -115,3 +115,17 @@ def test_stream_cli_refuses_a_bad_clip_before_loading(tmp_path, dev_item):
     r = subprocess.run([sys.executable, "-m", "susurrus", "stream", dev_item(JFK).audio, "--diarize",
                         "--speaker-ref", f"Ann={bad}"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "speaker reference 'Ann'" in r.stderr and "not readable audio" in r.stderr
+
+
+def test_tracker_state_stays_bounded():
+    """A stream's speaker state does not grow with the stream: 2.6 s of audio at most, 60 s of
+    windows (here: 3 minutes of noise fed in 0.64 s pieces, read as non-speech)."""
+    from susurrus.speakers.encoder import PARTIAL_SAMPLES
+    from susurrus.speakers.tracker import HOP
+
+    tracker = make_tracker()
+    rng = np.random.default_rng(0)
+    for _ in range(int(180 / 0.64)):
+        tracker.push(rng.normal(0, 0.01, 10240).astype(np.float32), lambda a, b: 0.0)
+    assert len(tracker.audio) <= PARTIAL_SAMPLES + 2 * HOP + 10240
+    assert tracker.windows.maxlen == 120 and tracker.all is None and tracker.embedded == 0
