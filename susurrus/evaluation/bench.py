@@ -70,6 +70,7 @@ class ItemResult:
     offline_units: int = 0
     latencies: list[float] = field(default_factory=list)
     repetition: int = 0  # most times a committed phrase repeats back to back
+    offline_repetition: int = 0  # ... in offline's text (a speaker's own repeats are there too)
     max_delay_s: float = 0.0  # longest wait from an offline word's end to a commit reaching it
     gated_words: list[str] = field(default_factory=list)  # offline words in audio the gate never encoded
     lost_words: list[str] = field(default_factory=list)  # ... of them, those the stream's text lacks
@@ -145,7 +146,7 @@ class BenchResult:
         delta = f"{worst.wer() - worst.offline_wer():+.1f} ({worst.id})" if worst and worst.reference else "-"
         lost = sum(len(i.lost_words) for i in self.items)
         gated = sum(len(i.gated_words) for i in self.items)
-        rep = max((i.repetition for i in self.items), default=0)
+        rep = health.repetition_cell([(i.repetition, i.offline_repetition) for i in self.items])
         stall = max(self.items, key=lambda i: i.max_delay_s, default=None)
         stall_s = f"{stall.max_delay_s:.2f} ({stall.id})" if stall else "-"
         return f"| {setting(self.config)} | {delta} " \
@@ -210,7 +211,8 @@ HEADER = ("| chunk ms | look-ahead ms | margin ms | policy | WER % | offline WER
           "| latency mean s | p50 s | p90 s | core-s / audio-s | re-encode core-s / audio-s | median step ms "
           "| peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 HEALTH_HEADER = ("| setting | worst item, WER points over offline | offline words lost to the gate (in skipped audio) "
-                 "| longest repetition | longest commit delay s | its bar s (3 s + chunk + margin) |"
+                 "| longest repetition, stream (offline's; repeats kept; loops) "
+                 "| longest commit delay s | its bar s (3 s + chunk + margin) |"
                  "\n|---|---|---|---|---|---|")
 CONDITION_HEADER = ("| condition | items | minutes | stream WER % | offline WER % | Δ | stream vs offline % "
                     "| latency mean s | worst item Δ |\n|---|---|---|---|---|---|---|---|---|")
@@ -397,6 +399,7 @@ def score_item(item: Item, session: StreamSession, offline: tuple[str, list[Word
     res.agreement_errors, res.offline_units = error_counts(offline_text, session.text, item.language, unit)
     res.latencies = word_latencies(session.words, offline_words)
     res.repetition = health.longest_repetition([w.word for w in session.words])
+    res.offline_repetition = health.longest_repetition(offline_text.split())
     delays = health.commit_delays(session.words, offline_words, audio_s, language=item.language, unit=unit)
     res.max_delay_s = round(max(delays, default=0.0), 3)
     res.gated_words = [w.word for w in health.gated_words(offline_words, session.skipped)]

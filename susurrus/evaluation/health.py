@@ -46,6 +46,19 @@ def longest_repetition(words: Sequence[str], longest: int = LOOP_WORDS) -> int:
     return best
 
 
+def repetition_cell(pairs: Sequence[tuple[int, int]]) -> str:
+    """The bench's repetition figures over items' ``(stream, offline)`` longest repetitions
+    (:func:`longest_repetition`): the stream's longest, offline's longest, the items where
+    offline says a phrase k >= 3 times in a row whose stream keeps k - 1 of them, and the loops:
+    items where the stream says a phrase more than twice and more often than offline does."""
+    if not pairs:
+        return "-"
+    said = [(s, o) for s, o in pairs if o >= 3]
+    kept = sum(s >= o - 1 for s, o in said)
+    loops = sum(s > max(2, o) for s, o in pairs)
+    return f"{max(s for s, _ in pairs)} ({max(o for _, o in pairs)}; {kept}/{len(said)}; {loops})"
+
+
 def commit_delays(stream_words: Sequence, offline_words: Sequence[TimedWord], audio_s: float,
                   tolerance_s: float = 0.3, language: str = "en", unit: str = "word") -> list[float]:
     """Per offline word, seconds from its end until the stream committed it: the first commit of
