@@ -19,12 +19,11 @@ from susurrus.streaming.calls import DecodeTokens, Steps
 from susurrus.streaming.config import FRAME_S, StreamConfig
 from susurrus.streaming.guards import (
     eot_too_early,
-    repeat_heard,
+    repeats_third_time,
     says_again,
     speech_mask,
     starts_over,
     stuck_from,
-    thrice_at_end,
 )
 from susurrus.streaming.state import WindowState
 
@@ -43,21 +42,6 @@ def best(row: torch.Tensor) -> int:
     argmax over the same float32 values (~5 µs for a vocabulary-wide row on CPU, where
     torch's one-dimensional argmax takes ~50 µs; a step asks it twice per token)."""
     return int(np.argmax(row.numpy()))
-
-
-def copy_frames(frames: list[int], n_decoded: int, n: int) -> tuple[list[int] | None, list[int]]:
-    """The frames the last two sayings of an ``n``-token phrase were read at, given the frames of
-    this step's ``n_decoded`` tokens (the last saying's end among them): (the one before, or None
-    when it began in the forced prefix, whose frames this step did not read; the last, those of
-    its tokens this step read)."""
-    last = frames[max(0, n_decoded - n):n_decoded]
-    before = frames[n_decoded - 2 * n:n_decoded - n] if n_decoded >= 2 * n else None
-    return before, last
-
-
-def n_words(tokens: list[int], starts_word: Callable[[int], bool]) -> int:
-    """How many words ``tokens`` start (at least 1: a phrase inside a word is one)."""
-    return max(1, sum(map(starts_word, tokens)))
 
 
 def attention_at(qk: torch.Tensor, i: int) -> tuple[torch.Tensor, int]:
@@ -152,15 +136,9 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
             break  # too close to the edge to be stable: not worth a decoder pass yet
         elif final and frame >= n_real + 10 and starts_word(nxt):
             break  # at the end too, a new word read in the silence after the audio is invented
-        n_rep = thrice_at_end(seq + [nxt])
-        if n_rep:  # a phrase about to be said a third time in a row: the speaker's, or a decoding loop
-            if speech is None:
-                speech = speech_mask(win.mel, n_real)
-            if not (aligned and repeat_heard(*copy_frames([*frames, frame], len(tokens) + 1, n_rep),
-                                             n_words((seq + [nxt])[-n_rep:], starts_word),
-                                             win.committed_end_frame, n_real, speech)):
-                looped = True
-                break  # the audio does not hold it: a decoding loop
+        if repeats_third_time(seq + [nxt]):
+            looped = True
+            break  # a phrase about to be said a third time in a row: a decoding loop
         if aligned and starts_word(nxt):
             read_at = [frames[k] for k in word_at]  # where this step's words were read: their first tokens
             word_at.append(len(tokens))

@@ -66,39 +66,6 @@ def thrice_at_end(seq: Sequence[Hashable], longest: int | None = None) -> int:
     return 0
 
 
-# A word said again takes audio of its own: the alignment heads follow speech at a few words a
-# second (under 5 words start within 5 frames in any decode of the hard and dev sets, see
-# STUCK_WORDS below), so a saying read at least this many frames per word after the one before
-# it reads other audio; a loop reads the same audio again, or none
-REPEAT_WORD_FRAMES = 5  # 0.1 s
-REPEAT_SLACK_FRAMES = 2  # a token's most-read frame can sit this far before the end of the word before it
-
-
-def repeat_heard(before: list[int] | None, last: list[int], words: int, committed_end_frame: int, n_real: int,
-                 speech: np.ndarray) -> bool:
-    """Whether the last saying of a phrase said a third time in a row (or more) was heard: the
-    speaker's repetition ("no no no", "zero zero zero", a line said again), not a decoding loop.
-    The decoder's alignment heads tell: a repeat the speaker said is read from audio of its own,
-    with speech under it; a loop is read from audio already read, or from none.
-
-    ``before``: the frames the saying before it was read at (its tokens', this step), or None
-    when that one was committed at an earlier step (or is the window's prompt); ``last``: the
-    frames of the last saying's tokens this step read; ``words``: how many words the phrase
-    holds. Heard when every token of the last saying reads the real audio (before ``n_real``),
-    its first begins at least ``REPEAT_WORD_FRAMES`` per word after the saying before it began and
-    past that saying's frames (or, that one committed, at the committed words' end), and the
-    frames it covers hold speech (``speech``: :func:`speech_mask`)."""
-    if not last or max(last) >= n_real:
-        return False
-    first = last[0]
-    if before is None:
-        if first < committed_end_frame - REPEAT_SLACK_FRAMES:
-            return False
-    elif first < before[0] + REPEAT_WORD_FRAMES * words or first < max(before):
-        return False
-    return bool(speech[first:max(last) + REPEAT_WORD_FRAMES].any())
-
-
 def repeats_third_time(seq: list[int], longest: int | None = None) -> bool:
     """Whether the tokens ``seq`` end with some phrase three times back to back (:func:`thrice_at_end`)."""
     return thrice_at_end(seq, longest) > 0
@@ -106,7 +73,7 @@ def repeats_third_time(seq: list[int], longest: int | None = None) -> bool:
 
 # Words read without the attention moving. Whisper's alignment heads follow speech at a few words
 # a second; in every decode of tiny.en over the hard and dev sets, and of base over dev and multi
-# (2026-12-04, docs/journal/2026-12.md), at most 5 words (characters, in Chinese) started within
+# (2026-12-04, docs/benchmarks_unseen.md), at most 5 words (characters, in Chinese) started within
 # 5 frames (0.1 s), except in three recitations of base's: 14-21 words on one frame, a sentence or
 # a phrase said over and over ("Ich bin ein bisschen mehr." in German, "C'est un peu plus important
 # que l'on a fait." in French, a Japanese phrase). A decoder whose attention rests on one spot for
@@ -137,19 +104,12 @@ def word_key(word: str) -> str:
 LOOP_WORDS = 64  # the longest phrase the committed-words loop check looks for (a long sentence)
 
 
-Heard = Callable[[list[int], list[int]], bool]
-
-
-def loop_span(before: list[str], new: list[str], longest: int = LOOP_WORDS,
-              heard: Heard | None = None) -> tuple[int, int] | None:
+def loop_span(before: list[str], new: list[str], longest: int = LOOP_WORDS) -> tuple[int, int] | None:
     """Where the words ``new`` first complete some 1..``longest``-word phrase said three times
     in a row (words compared without case and punctuation), at any point inside ``new``, not
     only at its end: ``(start, end)``, the third saying's words within ``new`` (``new[start:end]``;
-    ``start`` 0 when it began in ``before``), or None. ``heard(prev, last)``: whether a saying
-    was the speaker's (given the indices, into ``before + new``, of the words of the saying
-    before it and of its own): one heard is not a loop, and the search goes on past it."""
-    index = [i for i, w in enumerate(before) if word_key(w)]
-    keys = [word_key(before[i]) for i in index]
+    ``start`` 0 when it began in ``before``), or None."""
+    keys = [k for k in map(word_key, before) if k]
     keyed: list[int] = []  # the indices in ``new`` of its words that have a key
     for i, w in enumerate(new):
         key = word_key(w)
@@ -157,9 +117,8 @@ def loop_span(before: list[str], new: list[str], longest: int = LOOP_WORDS,
             continue
         keys.append(key)
         keyed.append(i)
-        index.append(len(before) + i)
         n = thrice_at_end(keys, longest)
-        if n and not (heard is not None and heard(index[-2 * n:-n], index[-n:])):
+        if n:
             return (keyed[-n] if len(keyed) >= n else 0), i + 1
     return None
 
@@ -170,20 +129,18 @@ def repeats_thrice(before: list[str], new: list[str], longest: int = LOOP_WORDS)
     return loop_span(before, new, longest) is not None
 
 
-def repeated_tail(words: list[str], limit: int, shortest: int = 3, heard: Heard | None = None) -> int:
+def repeated_tail(words: list[str], limit: int, shortest: int = 3) -> int:
     """How many of the last ``limit`` words repeat, at once, the phrase of 3+ words before them
     ("in being comparatively modern, in being comparatively modern"), however many times it was
     said again ("Ich bin ein Schokobombong." twice more, base, over 2.6 s of audio that holds it
-    once): 0 if none. ``heard(prev, last)`` (indices into ``words``): a saying the speaker said
-    again (:func:`loop_span`) ends the count."""
+    once): 0 if none."""
     norm = [word_key(w) for w in words]
     dropped = 0
     while True:
         rest = norm[:len(norm) - dropped]
         n = next((n for n in range(min(limit - dropped, len(rest) // 2), shortest - 1, -1)
                   if rest[-n:] == rest[-2 * n:-n]), 0)
-        end = len(rest)
-        if not n or (heard is not None and heard(list(range(end - 2 * n, end - n)), list(range(end - n, end)))):
+        if not n:
             return dropped
         dropped += n
 

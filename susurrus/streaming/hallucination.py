@@ -193,26 +193,3 @@ def heard(words: list[StreamWord], vad_state: VadState, threshold: float,
             break
         keep -= 1
     return keep
-
-
-REPEAT_WORD_S = 0.1  # a word said again takes at least this much audio of its own (guards.REPEAT_WORD_FRAMES)
-
-
-def said_again(read_at: list[float], prev: list[int], last: list[int], vad_state: VadState | None,
-               threshold: float) -> bool:
-    """Whether the committed words ``last``, a phrase said again right after the words ``prev``
-    (indices into ``read_at``: per word, where it was read, s: the first frame its tokens
-    attended to, or its start time for a word committed at an earlier step), are the speaker's
-    repetition and not a loop: read from audio of their own (beginning at least
-    ``REPEAT_WORD_S`` per word after the saying before began, past every word of it; the
-    alignment heads read a loop over audio already read) with speech there per the VAD
-    (``vad_state``; without one, where they were read decides). Not their times: the times of a
-    word said again are often squeezed to an instant, by the speaker's or by a loop."""
-    a, p0 = read_at[last[0]], read_at[prev[0]]
-    if a < p0 + REPEAT_WORD_S * len(last) or a < max(read_at[i] for i in prev):
-        return False
-    if vad_state is None:
-        return True
-    fraction = speech_fraction(vad_state, a * 1000, (a + REPEAT_WORD_S * len(last)) * 1000, threshold=threshold,
-                               pad_ms=300)
-    return fraction is None or fraction >= 0.2

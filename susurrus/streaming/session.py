@@ -74,7 +74,7 @@ from susurrus.streaming.encoder import EncoderState, encode_steps, encode_window
 from susurrus.streaming.events import Committed, Event, Interim, LanguageDetected, StepStats, StreamWord, TurnEnded
 from susurrus.streaming.frontend import push_audio, stream_samples
 from susurrus.streaming.guards import LOOP_WORDS, loop_span, reads_past_audio, repeated_tail, word_key
-from susurrus.streaming.hallucination import heard, opening_hallucinated, said_again
+from susurrus.streaming.hallucination import heard, opening_hallucinated
 from susurrus.streaming.opening import find_opening
 from susurrus.streaming.overdue import overdue_count
 from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv, state_attribute
@@ -396,28 +396,18 @@ class StreamSession(WindowDecoding, VoiceActivity):
                                      self.words[-1].end if self.words else None, round(self.audio_time, 3))
             if words:
                 win.committed_end_frame = end_frame(words[-1], win)
-            # per word, where it was read (its tokens' first frame, else its start): a repeat's evidence
-            read_at = [r[0] if r is not None else w.start
-                       for w, r in zip(words, (read_span(frames[a:b], n_real, win) for a, b in zip([0, *ends], ends)))]
             if final and words:  # the window's last words: one read in the silence after speech is invented,
                 # and a phrase of 3+ words said again at once is the decoder reading its audio twice
                 reads = [read_span(frames[a:b], n_real, win) for a, b in zip([0, *ends], ends)]
                 n_heard = (heard(words, guard_vad, cfg.gate_threshold, reads, self.words[-1].end if self.words else 0.0)
                            if cfg.hallucination_guard and guard_vad is not None else len(words))
-                tail_at = [w.start for w in self.words[-8:]] + read_at
-                keep = min(n_heard, len(words) - repeated_tail(
-                    [w.word for w in self.words[-8:] + words], len(words),
-                    heard=lambda a, b: said_again(tail_at, a, b, guard_vad, cfg.gate_threshold)))  # noqa: B023
+                keep = min(n_heard, len(words) - repeated_tail([w.word for w in self.words[-8:] + words], len(words)))
                 if keep < len(words):
                     self.dropped.extend(words[keep:])
                     n_commit = ends[keep - 1] if keep else 0
                     words = words[:keep]
             alone = not win.committed  # the window's first words: where invented phrases appear
-            recent = self.words[-3 * LOOP_WORDS:]
-            recent_at = [w.start for w in recent] + read_at
-            span = loop_span([w.word for w in recent], [w.word for w in words],
-                             heard=lambda a, b: said_again(recent_at, a, b, guard_vad, cfg.gate_threshold)
-                             ) if words else None  # noqa: B023 (called here)
+            span = loop_span([w.word for w in self.words[-3 * LOOP_WORDS:]], [w.word for w in words]) if words else None
             if span is not None:  # a phrase a third time in a row (a loop fed by the prompt): that saying
                 # goes, the words before it stand, the window restarts after it without the prompt
                 win.committed_end_frame = end_frame(words[span[1] - 1], win)
