@@ -30,7 +30,7 @@ def test_speech_keeps_its_times_in_the_original_audio(tiny, dev_item):
     segments = list(segments)
     alone = list(tiny.transcribe(jfk, beam_size=1, word_timestamps=True, vad=False)[0])
     assert normalize(" ".join(s.text for s in segments)) == normalize(" ".join(s.text for s in alone))
-    assert info.duration == round(len(audio) / 16000, 3) and info.duration_after_vad < 13
+    assert info.duration == len(audio) / 16000 and info.duration_after_vad < 13
     ours = [w for s in segments for w in s.words]
     theirs = [w for s in alone for w in s.words]
     assert len(ours) == len(theirs) and ours[0].start >= 20  # the original time base: 20 s later

@@ -15,6 +15,7 @@ from server_helpers import server_samples, stream_text
 
 import susurrus
 from susurrus.audio.io import decode_audio
+from susurrus.evaluation.metrics import normalize
 
 REPO = Path(__file__).resolve().parents[1]
 REPO_README = REPO / "README.md"
@@ -89,12 +90,12 @@ def test_the_readmes_rest_and_agent_snippets_run_as_written(server, tiny):
     assert rest.count("http://127.0.0.1:8000/v1") == 1
     printed, _ = _run(rest.replace("http://127.0.0.1:8000/v1", url))
     first, *srt, streamed = printed.rstrip("\n").split("\n")  # json's text, the srt file, the deltas
-    assert first.lower().startswith("and so my fellow americans")
+    assert normalize(first).startswith("and so my fellow americans")
     assert srt[0] == "1" and srt[1].startswith("00:00:00,")
     assert streamed == stream_text(tiny, decode_audio(susurrus.example_audio()))
 
     printed, _ = _run(agents.replace("http://127.0.0.1:8000/v1", url))
-    assert printed.strip().lower().startswith("and so my fellow americans")
+    assert normalize(printed).startswith("and so my fellow americans")
     assert printed.strip().endswith("country.")
 
     _, namespace = _run(livekit.replace("http://127.0.0.1:8000/v1", url))

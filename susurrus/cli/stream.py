@@ -115,7 +115,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
         from susurrus.cli.pcm_input import InputError
 
         try:
-            status = _run(args, stream, blocks, interrupt)
+            status = _run(args, stream, blocks, interrupt, live=args.realtime or audio is None and _live_stdin())
         except InputError as err:  # standard input nothing here decodes: said before any text
             raise UsageError(str(err)) from None
         if interrupt.requested and audio is not None:
@@ -175,15 +175,28 @@ class LagWatch:
         return None
 
 
+def _live_stdin() -> bool:
+    """Whether standard input may be a live source (a pipe, a terminal, a socket): not a file
+    redirected into it (``< recording.raw``), which is all there at once."""
+    import os
+    import stat
+
+    try:
+        return not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):  # no file descriptor: not a source that runs live
+        return False
+
+
 def _run(args: argparse.Namespace, stream: Any, blocks: Iterator[Any], interrupt: Interrupt,
-         clock: Callable[[], float] = time.perf_counter) -> int:
+         clock: Callable[[], float] = time.perf_counter, live: bool | None = None) -> int:
     import numpy as np
 
     from susurrus.cli.display import LiveDisplay
     from susurrus.streaming.session import Committed, Interim, LanguageDetected, TurnEnded
 
     display = LiveDisplay(sys.stdout, not args.quiet, args.turns or args.semantic_turns)
-    live = args.input == "-" or args.realtime  # a live source: its audio clock runs as we transcribe
+    if live is None:  # a live source: its audio clock runs as we transcribe
+        live = args.input == "-" or args.realtime
     watch = LagWatch(clock)
     interim = ""
     speaker: list[str | None] = [None]  # the last speaker shown (diarize)

@@ -97,4 +97,4 @@ def mapped(segments: Iterator[Segment], times: TimeMap) -> Iterator[Segment]:
 
 def gated_info(info: TranscriptionInfo, duration: float, kept: float) -> TranscriptionInfo:
     """``info`` of the kept audio, with the original's duration and how much of it was kept."""
-    return replace(info, duration=round(duration, 3), duration_after_vad=round(kept, 3))
+    return replace(info, duration=duration, duration_after_vad=round(kept, 3))
