@@ -88,7 +88,7 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
                                 compute_type=args.compute_type, device=args.device)
     check_model_options(model, args.language, args.task)
     status = 0
-    options = transcribe_options(  # the REST API runs the same options (transports/offline.py)
+    options = transcribe_options(  # the REST API runs the same options (decoding/offline.py)
         language=args.language, task=args.task, beam_size=args.beam_size, temperature=args.temperature,
         word_timestamps=args.word_timestamps, without_timestamps=args.without_timestamps,
         initial_prompt=args.initial_prompt, condition_on_previous_text=not args.no_condition_on_previous_text,
