@@ -18,10 +18,18 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(path: Path, modules: set[str]) -> set[str]:
-    """The project's modules that ``path`` imports, at module level or inside functions; a package
+    """The project's modules that ``path`` imports, at module level or inside functions (not for
+    type checkers only); a package
     import (``from susurrus.cli import main``) counts as importing the named submodule where one exists."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    # imports for type checkers only (``if TYPE_CHECKING:``) never run: they make no circle
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
+                   for stmt in block.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

@@ -3,15 +3,13 @@
 Heavy modules (PyTorch, the model, the server) are imported inside the commands, so ``--help``
 and argument errors come at once; arguments are checked before any work (``cli_args``). The
 commands ``stream`` (``cli_stream``) and ``serve``, ``serve-ray``, ``client`` (``cli_serve``) live
-in their own modules; this one has the parser, ``transcribe`` and ``bench``.
+in their own modules, and so does ``transcribe`` (``transcribe``); this one has the parser and ``bench``.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
-from pathlib import Path
 
 from susurrus.cli.args import (
     UsageError,
@@ -23,8 +21,9 @@ from susurrus.cli.args import (
     ms_list,
 )
 from susurrus.cli.serve import add_limit_args, cmd_client, cmd_serve, cmd_serve_ray
+from susurrus.cli.transcribe import cmd_transcribe
 from susurrus.speakers.options import add_speaker_args
-from susurrus.writers import WRITERS, format_timestamp, write_result
+from susurrus.writers import WRITERS
 
 THREADS_HELP = ("torch threads (default: %(default)s: one thread was 2-5x faster than all cores on a "
                 "2-core machine shared with other work, with or without one more busy core "
@@ -69,92 +68,6 @@ def _add_model_args(p: argparse.ArgumentParser, threads_help: str = THREADS_HELP
     _add_compute_args(p)
 
 
-def _cmd_transcribe(args: argparse.Namespace) -> int:
-    from susurrus.cli.args import check_input_file, check_model_options, check_output_dir, save_or_print
-    from susurrus.cli.outputs import output_names, target
-    from susurrus.decoding.offline import transcribe_options
-
-    out_dir = check_output_dir(args.output_dir)  # before the work, not after it
-    for path in args.files:
-        check_input_file(path)
-    names = output_names(args.files)  # distinct: same-named inputs never overwrite each other
-    formats = sorted(WRITERS) if args.output_format == "all" else [args.output_format]
-
-    from tqdm import tqdm
-
-    import susurrus
-
-    model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output,
-                                compute_type=args.compute_type, device=args.device)
-    check_model_options(model, args.language, args.task)
-    status = 0
-    options = transcribe_options(  # the REST API runs the same options (decoding/offline.py)
-        language=args.language, task=args.task, beam_size=args.beam_size, temperature=args.temperature,
-        word_timestamps=args.word_timestamps, without_timestamps=args.without_timestamps,
-        initial_prompt=args.initial_prompt, condition_on_previous_text=not args.no_condition_on_previous_text,
-        vad=not args.no_vad)
-    from susurrus.speakers.options import tracker_from_args, wants_speakers
-
-    diarize = wants_speakers(args)
-    if diarize:
-        options["word_timestamps"] = True  # a label per word
-        tracker_from_args(args)  # the options and clips checked before any file
-    for path in names:
-        interrupted = False
-        try:
-            segments, info = model.transcribe(path, **options)
-        except (OSError, ValueError) as err:  # as a bad input found before the model: exit 2
-            print(f"susurrus transcribe: error: {err if path in str(err) else f'{path}: {err}'}", file=sys.stderr)
-            status = 2
-            continue
-        except KeyboardInterrupt:
-            print(f"\nsusurrus transcribe: interrupted while reading {path}; nothing of it was decoded, "
-                  "nothing written", file=sys.stderr)
-            return 130
-        if len(args.files) > 1 and not args.quiet:
-            print(f"==> {path} <==", flush=True)
-        if model.is_multilingual and args.language is None:
-            print(f"{path}: detected language {info.language} "
-                  f"(p={info.language_probability:.2f})", file=sys.stderr)
-        collected = []
-        bar = tqdm(total=round(info.duration, 2), unit="s", desc=Path(path).name, file=sys.stderr,
-                   disable=args.quiet or not sys.stderr.isatty() and not args.progress,
-                   bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s audio [{elapsed}<{remaining}]")
-        try:
-            for segment in segments:
-                collected.append(segment)
-                bar.update(round(min(segment.end, info.duration) - bar.n, 2))
-                if not args.quiet and not diarize:
-                    line = (f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] "
-                            f"{segment.text.strip()}")
-                    tqdm.write(line, file=sys.stdout)
-        except KeyboardInterrupt:  # Ctrl+C: what was decoded is written, and where it stops said
-            interrupted = True
-        else:
-            bar.update(round(info.duration - bar.n, 2))
-        bar.close()
-        if diarize:  # the whole file's speakers, then the lines
-            from susurrus.audio.io import decode_audio
-            from susurrus.speakers.offline import diarize_segments
-
-            collected = diarize_segments(decode_audio(path), collected, tracker_from_args(args, keep_all=True))
-            for segment in collected if not args.quiet else []:
-                print(f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] "
-                      f"[{segment.speaker}] {segment.text.strip()}", flush=True)
-        text = "".join(segment.text.strip() + "\n" for segment in collected)
-        for fmt in formats:
-            write = functools.partial(write_result, fmt, collected, info)
-            written = target(out_dir, names[path], fmt)
-            if not save_or_print(write, written, functools.partial(str, text)):
-                status = 1
-        if interrupted:
-            reached = collected[-1].end if collected else 0.0
-            rest = "; the files after it were not transcribed" if path != list(names)[-1] else ""
-            print(f"susurrus transcribe: interrupted at {format_timestamp(reached)} of {path} "
-                  f"({format_timestamp(info.duration)} long): the {len(collected)} segment(s) decoded so far are in "
-                  f"{', '.join(str(target(out_dir, names[path], fmt)) for fmt in formats)}{rest}", file=sys.stderr)
-            return 130
-    return status
 
 
 def _cmd_stream(args: argparse.Namespace) -> int:
@@ -294,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--progress", action="store_true", help="show the progress bar even when "
                                                            "stderr is not a terminal")
     add_speaker_args(t)
-    t.set_defaults(func=_cmd_transcribe)
+    t.set_defaults(func=cmd_transcribe)
 
     s = sub.add_parser("stream", help="transcribe live: audio streams in, text streams out",
                        description="Stream a file (or raw PCM on stdin with '-') through the "
