@@ -123,6 +123,7 @@ def test_changing_the_rate_with_buffered_audio_is_refused(server, short, tiny):
     pcm, _ = short
     with Conn(server.url) as c:
         c.until("session.created")
+        c.send(update_event())  # the client commits: what it sent before the refused change is one item
         c.append(pcm, 2400, "first")
         error_after(c, update_event(rate=16000), "format_change_with_buffered_audio")
         continues_and_transcribes(c, short, accepted_before=pcm, tiny=tiny)
@@ -130,7 +131,8 @@ def test_changing_the_rate_with_buffered_audio_is_refused(server, short, tiny):
 
 
 def test_audio_before_session_update_is_accepted_with_the_defaults(server, short):
-    """As OpenAI does: no session.update needed; the defaults are 24 kHz PCM16, client commits."""
+    """As OpenAI does: no session.update needed; the defaults are 24 kHz PCM16 and server_vad (a
+    commit ends the open turn)."""
     with Conn(server.url) as c:
         created = c.until("session.created")["session"]
         assert created["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
