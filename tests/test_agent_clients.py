@@ -111,6 +111,7 @@ def _agents_turns(server: Any, pcm24: np.ndarray, turn_detection: dict[str, Any]
     return asyncio.run(asyncio.wait_for(run(), 300))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["server_vad", "semantic_vad"])
 def test_agents_sdk_streamed_session_fed_at_once(server, tiny, dev_item, jfk, kind):
     """The whole recording as fast as the socket takes it: every turn arrives, the last one
@@ -121,6 +122,7 @@ def test_agents_sdk_streamed_session_fed_at_once(server, tiny, dev_item, jfk, ki
     assert corpus_error_rate([(dev_item(JFK).text, " ".join(turns))]) <= 20.0, turns
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["server_vad", "semantic_vad"])
 def test_agents_sdk_streamed_session_at_real_time(server, tiny, two_turns, kind):
     pcm, texts = two_turns
@@ -130,6 +132,7 @@ def test_agents_sdk_streamed_session_at_real_time(server, tiny, two_turns, kind)
     assert corpus_error_rate(list(zip(texts, turns))) <= 15.0, turns
 
 
+@pytest.mark.slow
 def test_agents_sdk_transcribe_is_the_offline_transcription(server, tiny, two_turns):
     """``OpenAISTTModel.transcribe`` (REST, a WAV it writes at 24 kHz): the text
     ``susurrus transcribe`` gives for that file."""
@@ -150,6 +153,7 @@ def test_agents_sdk_transcribe_is_the_offline_transcription(server, tiny, two_tu
 
 # ---------------------------------------------------------------------------- OpenAI SDK, the default
 
+@pytest.mark.slow
 def test_openai_sdk_session_relying_on_the_default_turn_detection(server, tiny, jfk):
     """The OpenAI SDK's realtime client, as a framework that never sets ``turn_detection`` uses
     it: the server runs OpenAI's default (server VAD) and every turn is committed and completed
@@ -189,6 +193,7 @@ def test_openai_sdk_session_relying_on_the_default_turn_detection(server, tiny, 
 # ---------------------------------------------------------------------------- LiveKit Agents
 
 
+@pytest.mark.slow
 def test_livekit_openai_plugin_realtime_and_recognize(server, tiny, jfk, two_turns):
     """LiveKit's ``openai.STT(use_realtime=True)`` stream, headless (``http_context.open()``
     stands in for a job's HTTP session; frames are pushed by hand): its server_vad defaults

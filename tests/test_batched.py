@@ -148,6 +148,7 @@ def _alone(model, audio: np.ndarray, piece: int, settings: dict) -> list:
     return stream.words
 
 
+@pytest.mark.slow
 def test_streams_stepped_together_equal_each_stream_alone(tiny, dev_items, hard_items):
     """Nine real recordings of different lengths (dev and hard: accents, noise, telephone band),
     two of them with turn detection, fed in pieces of different sizes and started at different
@@ -186,6 +187,7 @@ def test_streams_stepped_together_equal_each_stream_alone(tiny, dev_items, hard_
     assert costs["DecodeTokens"].passes < costs["DecodeTokens"].calls
 
 
+@pytest.mark.slow
 def test_one_streams_bad_audio_fails_only_that_stream(tiny, dev_item):
     """NaN audio for one stream: a BatchError names it, the other streams' events come back,
     and the failed stream loses nothing it had accepted: it goes on and finishes as if the bad
@@ -260,6 +262,7 @@ def test_an_urgent_generator_runs_its_rounds_before_the_others(tiny):
     assert ended == [("urgent", 4), ("other", 5)] and calls == [1] * 6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window_ms, grid_ms", [(0.0, 0.0), (200.0, 0.0), (0.0, 200.0)])
 def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, dev_items, window_ms, grid_ms):
     """One worker process, four streams fed at once from four threads (as the server's sessions
@@ -297,6 +300,7 @@ def _alone_text(model, audio: np.ndarray) -> str:
     return "".join(w.word for w in _alone(model, audio, 1600, {}))
 
 
+@pytest.mark.slow
 def test_bench_streams_items_together_with_the_same_results(tiny, dev_items):
     """``susurrus bench --streams 3``: three items at a time stepped together give every item
     the text, WER and words of the items streamed one by one, and each item a share of the CPU."""
@@ -378,6 +382,7 @@ def test_layers_split_from_a_packed_pass_multiply_each_row_alone(tiny_float32):
 
 @pytest.mark.parametrize(("compute_type", "seconds", "shift_s"),
                          [("int8_encoder", 6, 0.25), ("bf16_encoder", 8, 0.021)])
+@pytest.mark.slow
 def test_row_by_row_parts_keep_batching_exact(dev_item, tiny, compute_type, seconds, shift_s):
     """An int8 encoder (dynamic quantisation: each pass quantises its input as a whole) runs its
     calls of a round one by one (``calls.Packing``), a bf16 one packed where the CPU allows

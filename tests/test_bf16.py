@@ -34,6 +34,7 @@ def test_auto_is_bf16_encoder_exactly_where_the_cpu_has_bf16_instructions(tiny):
     assert susurrus.load_model("tiny.en", compute_type="float32").compute_type == "float32"
 
 
+@pytest.mark.slow
 def test_bf16_encoder_quantises_the_encoder_blocks_only_and_streams_as_float32(bf16_tiny, tiny_float32, dev_item):
     from susurrus.model.layers import Bf16Linear, Linear
 

@@ -190,6 +190,7 @@ def clip() -> tuple[np.ndarray, bool]:
 
 # ------------------------------------------------------------------------------ features
 
+@pytest.mark.slow
 def test_mel_filters_for_128_bins_are_whisper_slaney_filters():
     """Whisper's filters (its mel_filters.npz) are librosa.filters.mel(sr=16000, n_fft=400,
     n_mels=...): Slaney mel scale and Slaney (area) normalisation. Ours are computed, never
@@ -287,6 +288,7 @@ LOAD_CASES = [("large-v3", fmt) for fmt in FORMATS] + [
     (shape, fmt) for shape in ("large-v3-turbo", "multilingual", "english") for fmt in ("openai", "hf-no-tokenizer")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape,fmt", LOAD_CASES)
 def test_checkpoint_loads(shape, fmt, checkpoint, loaded):
     path, net = checkpoint(shape, fmt)
@@ -340,6 +342,7 @@ def test_checkpoints_that_do_not_fit_say_why(tmp_path):
         susurrus.load_model(path)
 
 
+@pytest.mark.slow
 def test_checkpoint_written_by_transformers_loads_with_the_same_logits(tmp_path):
     """A turbo-shaped WhisperForConditionalGeneration saved by transformers itself (a trainer
     checkpoint: config, generation config, safetensors; no tokenizer): same logits here."""
@@ -401,6 +404,7 @@ def _check_segments(model, segments, info, duration: float) -> None:
             assert 0.0 <= word.probability <= 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape,fmt,language", [("large-v3", "hf", None), ("large-v3-turbo", "openai", "yue")])
 def test_random_checkpoint_transcribes(shape, fmt, language, loaded, clip):
     """Greedy with word timestamps (the default alignment heads), the language detected among
@@ -444,6 +448,7 @@ def _check_events(model, stream, events, duration: float) -> list:
 
 @pytest.mark.parametrize("shape,fmt", [("large-v3", "hf"), ("large-v3-turbo", "openai"),
                                        ("english", "openai")])
+@pytest.mark.slow
 def test_random_checkpoint_streams(shape, fmt, loaded, clip, monkeypatch):
     """model.stream(): fed in 100 ms pieces, then finished, with the voice activity gate and
     (multilingual) language detection, and without the gate with a fixed language: the stream

@@ -90,6 +90,7 @@ def test_a_language_name_is_accepted_like_its_code():
         assert parser.parse_args(["stream", "x.wav", "--language", given]).language == code
 
 
+@pytest.mark.slow
 def test_a_result_that_cannot_be_written_is_printed_instead(capsys, dev_item, tmp_path):
     """The output folder is fine but the file's place is taken (by a folder): the transcript is
     printed on stdout with the reason, not lost; the status says something went wrong."""
@@ -101,6 +102,7 @@ def test_a_result_that_cannot_be_written_is_printed_instead(capsys, dev_item, tm
     assert normalize(out.out) == normalize("has never been surpassed.")
 
 
+@pytest.mark.slow
 def test_several_files_each_get_a_header(capsys, dev_item, tmp_path):
     a, b = dev_item(SHORT).audio, dev_item("ljspeech_LJ001-0002").audio
     assert main(["transcribe", str(a), str(b), "--beam-size", "1", "-o", str(tmp_path)]) == 0
@@ -112,6 +114,7 @@ def _stdin(monkeypatch, data: bytes) -> None:
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(data)))
 
 
+@pytest.mark.slow
 def test_raw_pcm_of_any_rate_and_channels_streams_from_stdin(capsys, monkeypatch, dev_item, tmp_path):
     from susurrus.audio.io import resample
 
@@ -124,6 +127,7 @@ def test_raw_pcm_of_any_rate_and_channels_streams_from_stdin(capsys, monkeypatch
     assert "warning" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_input_that_cannot_be_what_was_declared_is_warned_about(capsys, monkeypatch, dev_item, tmp_path):
     wav = dev_item(SHORT).audio
     _stdin(monkeypatch, wav.read_bytes())  # a WAV file piped in, declared as 8 kHz raw PCM
@@ -140,6 +144,7 @@ def test_input_that_cannot_be_what_was_declared_is_warned_about(capsys, monkeypa
     assert "does not look like float32 PCM" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_a_live_stream_and_writes_what_was_heard(dev_item, tmp_path):
     """``arecord | susurrus stream - -f txt``, then Ctrl+C: the stream is finished (the words still
     pending are committed), the file written, exit 0. stdin stays open, as a microphone's does."""

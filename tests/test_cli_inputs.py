@@ -42,6 +42,7 @@ def test_output_names_tell_same_named_inputs_apart(tmp_path):
     assert list(same) == [f"{t}/d1/a.wav"]
 
 
+@pytest.mark.slow
 def test_same_named_inputs_do_not_overwrite_each_other(capsys, dev_item, tmp_path):
     for d, item in (("d1", SHORT), ("d2", OTHER)):
         (tmp_path / d).mkdir()
@@ -54,6 +55,7 @@ def test_same_named_inputs_do_not_overwrite_each_other(capsys, dev_item, tmp_pat
     assert not (out / "a.txt").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_transcribe_writes_what_was_decoded_and_says_where(longform_items, tmp_path):
     """SIGINT once a few segments of the 5.5-minute long-form stream are printed: exit 130, the srt
     holds every segment printed so far, and stderr names the file and the time reached."""
@@ -86,6 +88,7 @@ def test_ctrl_c_in_transcribe_writes_what_was_decoded_and_says_where(longform_it
     assert str(tmp_path / f"{item.audio.stem}.srt") in err_text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["transcribe"], ["stream"], ["bench"], ["client", "ws://127.0.0.1:9/v1/realtime"]])
 def test_every_command_refuses_a_bad_input_before_pytorch(command, tmp_path):
     """A missing file, a folder, an unreadable file and a file that is no audio: exit 2, one

@@ -10,6 +10,7 @@ import io
 import subprocess
 import sys
 
+import pytest
 from server_helpers import pcm16_at, server_samples, stream_text
 
 from susurrus.audio.io import decode_audio
@@ -26,6 +27,7 @@ def _run(url: str, pcm, rate: int = 24000, block_ms: int = 100, **kw) -> tuple[i
     return status, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.slow
 def test_a_file_sent_at_once_arrives_whole(server, tiny, dev_item):
     """11 s sent as fast as the socket takes them, the server's default backlog bound: the
     transcript is the whole file's."""
@@ -73,6 +75,7 @@ def test_client_arguments_fail_before_connecting_with_one_line(server, tmp_path)
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+@pytest.mark.slow
 def test_a_wrong_path_is_reported_as_the_servers_refusal(server, dev_item):
     nothere = server.url.replace("/v1/realtime", "/v1/nothere")
     clip = str(dev_item("ljspeech_LJ001-0008").audio)

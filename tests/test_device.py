@@ -73,6 +73,7 @@ def test_compute_types_per_device():
     assert resolve_compute_type("float16", "cuda") == "float16"
 
 
+@pytest.mark.slow
 def test_cli_device(tmp_path, dev_item, capsys):
     path = str(dev_item("jfk_inaugural").audio)
     if not CUDA:
@@ -106,6 +107,7 @@ def test_ray_gpus_per_replica():
     assert "num_gpus" not in deployment_options(ReplicaOptions(), ScaleOptions())["ray_actor_options"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compute_type", ["bfloat16", "float16"])
 def test_half_dtypes_on_cpu(compute_type, jfk):
     """The GPU's dtypes run their code paths on the CPU (slowly): the whole model in the dtype,

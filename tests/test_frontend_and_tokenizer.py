@@ -92,6 +92,7 @@ def test_word_splitting_keeps_every_token(tiny):
     assert " isn't" in words
 
 
+@pytest.mark.slow
 def test_int8_output_projection_stays_close(dev_item):
     import susurrus
     from susurrus.audio.features import pad_or_trim

@@ -51,6 +51,7 @@ def budget(n: int, shrink: bool = True):
                                            HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.slow
 @budget(150)
 @given(steps=protocol_cases(SMALL.max_message_bytes))
 def test_protocol_layer_answers_every_event_and_refusals_change_nothing(steps):

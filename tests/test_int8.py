@@ -18,6 +18,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_int8_model_transcribes_and_streams_a_dev_item_close_to_float32(dev_item, tiny, one_thread):
     import susurrus
     from susurrus.audio.features import log_mel_spectrogram, pad_or_trim

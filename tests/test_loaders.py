@@ -156,6 +156,7 @@ def hf_model(model, hf_exports):
 
 # ------------------------------------------------------------------------- Hugging Face
 
+@pytest.mark.slow
 def test_hf_export_layout(model, hf_exports):
     out = hf_exports(model)
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= {
@@ -198,6 +199,7 @@ def test_hf_export_weights_load_in_transformers(model, hf_model):
         assert torch.equal(theirs[hf_name], ours[ours_name]), (ours_name, hf_name)
 
 
+@pytest.mark.slow
 def test_hf_export_logits_match_transformers(model, hf_model, mel, utterance):
     net, _ = hf_model
     tokens = teacher_tokens(model, utterance[1])
@@ -283,6 +285,7 @@ def test_openai_checkpoint_layout(tiny, openai_pt):
     assert sorted(map(tuple, heads.nonzero().tolist())) == sorted(tiny.alignment_heads)
 
 
+@pytest.mark.slow
 def test_openai_round_trip(tiny, openai_pt, mel, utterance):
     back = load_weights(openai_pt)
     assert back.source == str(openai_pt)
@@ -298,6 +301,7 @@ def test_openai_round_trip(tiny, openai_pt, mel, utterance):
     assert load_weights(openai_pt.parent).source == str(openai_pt)
 
 
+@pytest.mark.slow
 def test_openai_checkpoint_without_optional_keys(tiny, openai_pt, tmp_path):
     """No "alignment_heads" key (OpenAI's own files keep heads in code): the heads of the OpenAI
     model of that shape, here tiny.en's (the embedded checkpoint's own; other shapes get the

@@ -5,6 +5,7 @@ times in the original audio."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from susurrus.audio.io import decode_audio
 from susurrus.decoding.gate import TimeMap, speech_spans
@@ -13,6 +14,7 @@ from susurrus.evaluation.metrics import normalize
 JFK = "jfk_inaugural"  # 11 s: "And so my fellow Americans ... ask what you can do for your country."
 
 
+@pytest.mark.slow
 def test_silence_and_noise_give_no_text(tiny):
     silence = np.zeros(30 * 16000, np.float32)
     assert [s.text for s in tiny.transcribe(silence, vad=False)[0]] == [" You"]  # what the gate is for
@@ -23,6 +25,7 @@ def test_silence_and_noise_give_no_text(tiny):
         assert list(segments) == [] and info.duration == 30.0 and info.duration_after_vad == 0.0
 
 
+@pytest.mark.slow
 def test_speech_keeps_its_times_in_the_original_audio(tiny, dev_item):
     jfk = decode_audio(dev_item(JFK).audio)
     audio = np.concatenate([np.zeros(20 * 16000, np.float32), jfk])

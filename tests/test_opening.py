@@ -51,6 +51,7 @@ def streamed_words(model, audio, language: str | None = "de", **settings) -> lis
     return [w.word.strip(" ,.").lower() for w in stream.words]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first_commit_ms", [1500, 20000], ids=["while streaming", "at the window's end"])
 def test_a_streams_lost_opening_words_come_back_on_real_speech(base, lost_opening_audio, first_commit_ms):
     """Read again in both directions, the opening has words in front of it: at the window's
@@ -64,6 +65,7 @@ def test_a_streams_lost_opening_words_come_back_on_real_speech(base, lost_openin
         assert with_check[:2] == ["die", "ursache"], with_check
 
 
+@pytest.mark.slow
 def test_an_opening_first_read_after_the_language_is_detected_is_checked(base, lost_opening_audio):
     """Without a language the window decodes nothing until the language is decided (here after
     3 s of audio), so no earlier reading can show its opening moving: a first reading that had

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from susurrus.audio.io import decode_audio
 
 TERMS = "Sweynheim and Pannartz, Subiaco."
@@ -15,6 +17,7 @@ def _stream(model, audio, **settings) -> str:
     return stream.text
 
 
+@pytest.mark.slow
 def test_a_prompt_spells_a_rare_name_offline_and_streaming(tiny, dev_item):
     """LJ001-0031 names the monastery of Subiaco, which tiny.en hears as "Subiakal"."""
     audio = decode_audio(dev_item("ljspeech_LJ001-0031").audio)

@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pytest
 from server_helpers import server_samples, stream_text
 
 import susurrus
@@ -52,6 +53,7 @@ def _example_at_24khz() -> np.ndarray:
     return (decode_audio(susurrus.example_audio(), sampling_rate=24000) * 32767).astype(np.int16)
 
 
+@pytest.mark.slow
 def test_the_readmes_python_snippets_run_as_written(server, tiny):
     audio = decode_audio(susurrus.example_audio())
     transcribe, live, many, sdk = (snippet(name) for name in ("transcribe", "live", "many", "sdk"))
@@ -80,6 +82,7 @@ def test_the_readmes_python_snippets_run_as_written(server, tiny):
     assert transcript == deltas == stream_text(tiny, server_samples(_example_at_24khz(), 24000))
 
 
+@pytest.mark.slow
 def test_the_readmes_rest_and_agent_snippets_run_as_written(server, tiny):
     """The REST snippet (official SDK), docs/clients.md's OpenAI Agents SDK snippet and the
     LiveKit plugin's (it only builds the STT: using it needs a LiveKit job, or what

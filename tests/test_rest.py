@@ -54,6 +54,7 @@ def _cli(*args: str) -> None:
         assert main(["transcribe", *args, "--quiet", "--threads", "1", "--beam-size", "1"]) == 0
 
 
+@pytest.mark.slow
 def test_every_response_format_is_what_susurrus_transcribe_writes(server, dev_item, tmp_path):
     """json, text, srt, vtt and verbose_json through the SDK (two requests at a time, on the
     server's two workers) against the files ``susurrus transcribe -f all`` writes; the workers run
@@ -84,6 +85,7 @@ def test_every_response_format_is_what_susurrus_transcribe_writes(server, dev_it
     assert corpus_error_rate([(item.text, cli_json["text"])]) <= 10.0
 
 
+@pytest.mark.slow
 def test_word_granularity_and_prompt_are_the_commands_options(server, dev_item, tmp_path):
     """``timestamp_granularities=["word", "segment"]`` is ``--word-timestamps``; ``prompt`` is
     ``--initial-prompt``; ``temperature`` 0 is the fallback ladder (the command's default)."""
@@ -101,6 +103,7 @@ def test_word_granularity_and_prompt_are_the_commands_options(server, dev_item, 
                                                                   for w in words]
 
 
+@pytest.mark.slow
 def test_stream_true_is_susurrus_stream_as_it_commits(server, tiny, dev_item):
     """``stream=True``: server-sent ``transcript.text.delta`` events as the streaming engine
     commits text, the first one long before the last, then ``transcript.text.done`` whose text is
@@ -138,6 +141,7 @@ def base_server(base):
         yield srv
 
 
+@pytest.mark.slow
 def test_translations_return_english_from_the_multilingual_model(base_server, base, dev_item):
     """German speech through ``audio.translations`` (``base``, served in this process's threads):
     English text, the same as ``model.transcribe(task="translate")`` with the command's options;

@@ -34,6 +34,7 @@ def _sdk_client(server):
                          websocket_base_url=f"ws://{server.host}:{server.port}/v1", max_retries=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rate", [24000, 16000])
 def test_openai_sdk_streams_a_recording_and_gets_what_susurrus_stream_gives(server, tiny, dev_item, rate, tmp_path):
     """The official SDK's realtime client (GA transcription session, client commits): deltas
@@ -119,6 +120,7 @@ def test_beta_transcription_session_and_extension_events(server, tiny, dev_item)
     assert any(e["type"] == "susurrus.interim" and e["text"] for e in c.events)
 
 
+@pytest.mark.slow
 def test_a_client_with_a_short_ping_deadline_gets_a_long_recording_sent_at_once(server, tiny, dev_item):
     """websockets' keepalive with a 2 s pong deadline (a ping every second), 44 s of speech
     (JFK four times) sent as fast as the socket takes it, at the server's default backlog bound:
@@ -183,6 +185,7 @@ def test_healthz_and_metrics(server, tiny, dev_item):
     assert "app.js" in page and "Start microphone" in page
 
 
+@pytest.mark.slow
 def test_susurrus_client_command_prints_the_transcript(server, tiny, dev_item):
     item = dev_item("ljspeech_LJ001-0008")
     out = subprocess.run([sys.executable, "-m", "susurrus", "client", server.url, str(item.audio), "--rate", "16000"],

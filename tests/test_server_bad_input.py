@@ -119,6 +119,7 @@ def test_wrong_sample_rate_is_refused_and_the_session_keeps_its_settings(server,
     serves_a_new_session(server)
 
 
+@pytest.mark.slow
 def test_changing_the_rate_with_buffered_audio_is_refused(server, short, tiny):
     pcm, _ = short
     with Conn(server.url) as c:

@@ -52,6 +52,7 @@ def _wait(predicate, timeout: float, what: str):
 
 @pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
                     reason="headless Chromium not installed (apt-get install chromium chromium-driver; .ci/run does)")
+@pytest.mark.slow
 def test_browser_demo_transcribes_the_microphone(server, tiny, dev_item, tmp_path):
     pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.common.action_chains import ActionChains
@@ -100,6 +101,7 @@ def test_browser_demo_transcribes_the_microphone(server, tiny, dev_item, tmp_pat
 
 @pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
                     reason="headless Chromium not installed (apt-get install chromium chromium-driver; .ci/run does)")
+@pytest.mark.slow
 def test_browser_demo_with_turn_detection_shows_each_turn_as_a_paragraph(server, longform_items, tmp_path):
     """The *Turn detection* checkbox: three utterances with 1.5 s of silence between them reach
     the page as three completed paragraphs while the microphone stays live."""
@@ -144,6 +146,7 @@ def test_browser_demo_with_turn_detection_shows_each_turn_as_a_paragraph(server,
 
 @pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
                     reason="headless Chromium not installed (apt-get install chromium chromium-driver; .ci/run does)")
+@pytest.mark.slow
 def test_browser_demo_keeps_an_api_key_error_on_screen(guarded_server, dev_item, tmp_path):
     """A server with an API key: Start without a key, then with a wrong one. Each time the refusal
     stays on the page (idle, in red) once the page is done starting, instead of flashing before

@@ -155,6 +155,7 @@ def test_a_wrong_key_is_refused_on_both_transports(limited):
         assert got == status
 
 
+@pytest.mark.slow
 def test_every_accepted_audio_second_is_transcribed_or_dropped_with_a_reason(limited, dev_item):
     """A completed item, a client that leaves with 10 s queued, a clear: in /metrics, accepted =
     transcribed + dropped, the dropped audio under its reason."""
@@ -217,6 +218,7 @@ def test_shutdown_past_the_drain_deadline_says_what_was_not_transcribed(tiny, de
     assert m.audio_dropped["drain_deadline"] > 1.0
 
 
+@pytest.mark.slow
 def test_sigterm_drains_the_server_the_committed_item_completes_before_the_close(dev_item, tmp_path):
     """``susurrus serve`` in a subprocess: a client streams a recording (faster than the model),
     commits, and the server gets SIGTERM at once: new sessions are refused (1012), /healthz says
@@ -315,6 +317,7 @@ def test_websocket_compression_only_when_asked(tiny, dev_item):
             assert corpus_error_rate([(dev_item(SHORT).text, done["transcript"])]) < 30, done["transcript"]
 
 
+@pytest.mark.slow
 def test_new_sessions_are_refused_while_the_model_is_behind_real_time(tiny, dev_item):
     """Two long uploads take both of the server's model threads; a session's 1.5 s of audio
     (sent at real-time pace: within 2 s of its clock) then waits behind them, so the model is

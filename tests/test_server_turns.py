@@ -104,6 +104,7 @@ def check_turns(turns: list[dict[str, Any]], segments: list[dict[str, Any]], *, 
     assert len({t["id"] for t in turns}) == len(turns)
 
 
+@pytest.mark.slow
 def test_openai_sdk_receives_server_vad_turns(server, speech):
     """GA session, 24 kHz, ``server_vad`` with its three parameters set: one
     speech_started/speech_stopped pair per utterance, each turn committed automatically and
@@ -145,6 +146,7 @@ def test_openai_sdk_receives_server_vad_turns(server, speech):
     check_turns(turns_of(dicts), segments, prefix_ms=200, silence_ms=400)
 
 
+@pytest.mark.slow
 def test_a_session_that_never_sets_turn_detection_gets_openais_server_vad(server, speech):
     """Raw protocol, no ``session.update`` at all: OpenAI's default for a transcription session
     (server VAD, threshold 0.5, 300 ms padding, 500 ms silence) is reported in ``session.created``
@@ -181,6 +183,7 @@ def test_the_default_follows_the_model_and_null_turns_it_off():
     assert events[0]["session"]["audio"]["input"]["turn_detection"] is None
 
 
+@pytest.mark.slow
 def test_client_commit_forces_the_end_of_a_turn_and_the_clock_runs_on(server, speech):
     """Beta session (``transcription_session.update``), ``server_vad`` with OpenAI's defaults. A
     client commit inside the second utterance ends its turn there (speech_stopped, committed,
@@ -223,6 +226,7 @@ def test_client_commit_forces_the_end_of_a_turn_and_the_clock_runs_on(server, sp
     check_turns([turns[3]], segments[2:], prefix_ms=300, silence_ms=500, previous=rest["id"])
 
 
+@pytest.mark.slow
 def test_semantic_vad_and_the_client_command(server, speech, tmp_path, capsys):
     """``semantic_vad`` (eagerness high: 250 ms of silence, less after a finished sentence) over
     a raw socket; ``susurrus client --turns`` prints one line per turn."""
@@ -274,6 +278,7 @@ def _vad(**td: Any) -> dict[str, Any]:
     return {"type": "session.update", "session": {"audio": {"input": {"turn_detection": td or None}}}}
 
 
+@pytest.mark.slow
 def test_clear_keeps_the_turns_before_it_drops_the_open_one_and_the_clock_counts_it(tiny, speech):
     """Without a socket, the model far behind the client: a clear one second into the second
     utterance is run in order with the audio, so the first turn (ended before it) is still

@@ -9,6 +9,7 @@ import os
 import signal
 import time
 
+import pytest
 from server_helpers import Conn, metrics, pcm16_at, server_samples, stream_text, streamed, update_event, wait_for_metric
 
 from susurrus.audio.io import decode_audio
@@ -24,6 +25,7 @@ def _wait(predicate, what: str, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_two_sessions_at_once_run_on_two_worker_processes(server, tiny, dev_item):
     pool = server.state.workers
     assert pool is not None and len(pool) == 2
@@ -61,6 +63,7 @@ def test_two_sessions_at_once_run_on_two_worker_processes(server, tiny, dev_item
     assert steps > 0 and after["susurrus_steps_total"] - before["susurrus_steps_total"] == steps
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_fails_its_session_and_is_restarted(server, dev_item):
     pool = server.state.workers
     pcm = pcm16_at(decode_audio(dev_item(CLIPS[0]).audio), 16000)

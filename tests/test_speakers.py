@@ -24,6 +24,7 @@ def clip(dev_item):
     return np.concatenate([a, np.zeros(8000, np.float32), b]), len(a) / 16000
 
 
+@pytest.mark.slow
 def test_encoder_equals_resemblyzer(dev_item):
     try:
         from resemblyzer import VoiceEncoder
@@ -47,6 +48,7 @@ def streams(tiny, clip):
     return out
 
 
+@pytest.mark.slow
 def test_stream_labels_both_speakers_and_only_adds(streams, clip):
     from susurrus.streaming.events import Committed
 
@@ -106,6 +108,7 @@ def test_bad_reference_clips_are_named(tmp_path, dev_item):
         parse_reference_args(["noequals"])
 
 
+@pytest.mark.slow
 def test_stream_cli_refuses_a_bad_clip_before_loading(tmp_path, dev_item):
     import subprocess
     import sys

@@ -32,6 +32,7 @@ def _wav(x: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+@pytest.mark.slow
 def test_rest_diarized_json_parses_with_the_openai_sdk(server, two_voices, dev_item):
     audio, change = two_voices
     client = openai.OpenAI(api_key="k", base_url=f"{server.http_url}/v1", max_retries=0)
@@ -65,6 +66,7 @@ def test_rest_bad_reference_clip_is_a_400_naming_it(server, two_voices):
             known_speaker_references=["data:audio/wav;base64," + base64.b64encode(_wav(np.zeros(48000))).decode()])
 
 
+@pytest.mark.slow
 def test_realtime_session_labels_both_speakers(server, two_voices):
     audio, change = two_voices
     pcm = pcm16_at(audio, 16000)

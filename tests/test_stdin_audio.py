@@ -23,6 +23,7 @@ def _stdin(monkeypatch, data: bytes) -> None:
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(data)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt,subtype", [("FLAC", "PCM_16"), ("OGG", "VORBIS"), ("MP3", "MPEG_LAYER_III")])
 def test_encoded_audio_on_stdin_streams_like_the_file(fmt, subtype, capsys, monkeypatch, dev_item, tiny, tmp_path):
     audio = decode_audio(dev_item(JFK).audio)

@@ -3,6 +3,7 @@ one 10.5 s sentence is more than one cue (at its last comma within 7 s, when it 
 
 from __future__ import annotations
 
+import pytest
 from server_helpers import streamed
 
 from susurrus.audio.io import decode_audio
@@ -11,6 +12,7 @@ from susurrus.streaming.output import CUE_MAX_S, words_to_segments, write_stream
 JFK = "jfk_inaugural"
 
 
+@pytest.mark.slow
 def test_a_long_sentence_is_cut_at_a_clause_within_the_longest_cue(tiny, dev_item, tmp_path):
     stream = streamed(tiny, decode_audio(dev_item(JFK).audio), "medium")
     cues = words_to_segments(stream.words)

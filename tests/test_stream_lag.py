@@ -9,6 +9,8 @@ import argparse
 import io
 import itertools
 
+import pytest
+
 from susurrus.audio.io import decode_audio
 from susurrus.cli.display import LiveDisplay
 from susurrus.cli.stream import Interrupt, LagWatch, _run
@@ -25,6 +27,7 @@ def _stream(tiny, audio, seconds_per_look: float) -> None:
                     interrupt, clock=lambda: next(ticks) * seconds_per_look) == 0
 
 
+@pytest.mark.slow
 def test_a_live_stream_that_falls_behind_warns_once_per_doubling(capsys, tiny, dev_item):
     audio = decode_audio(dev_item(JFK).audio)
     _stream(tiny, audio, 1.0)  # 1 s of clock per 0.64 s block: 0.36 s more behind at every block

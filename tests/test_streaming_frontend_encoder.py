@@ -87,6 +87,7 @@ def _run_stream(net, audio, chunk: int, lookahead: int | None) -> tuple[torch.Te
     return torch.cat(finals, dim=1), cached
 
 
+@pytest.mark.slow
 def test_incremental_encoder_with_unlimited_lookahead_equals_full_encoder(tiny_float32, audio):
     """In float32 (a bf16 encoder rounds products differently with the number of frames in a pass)."""
     tiny = tiny_float32

@@ -76,6 +76,7 @@ def reference(tiny, long_stream):
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_piece_sizes_give_the_same_words_times_and_events(tiny, long_stream, reference, variant, pattern):

@@ -25,6 +25,7 @@ def _stream(model, audio, piece=1600, **settings):
     return stream, snapshots, events
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("item_id", ["ljspeech_LJ001-0001", "librispeech_test-clean_1089-134686-0000"])
 def test_committed_text_is_append_only_and_accurate(tiny, dev_item, item_id):
     item = dev_item(item_id)
@@ -41,6 +42,7 @@ def test_committed_text_is_append_only_and_accurate(tiny, dev_item, item_id):
     assert corpus_error_rate([(item.text, stream.text)]) <= corpus_error_rate([(item.text, offline)]) + 10
 
 
+@pytest.mark.slow
 def test_words_carry_times_and_are_committed_soon_after_they_are_spoken(tiny, dev_item):
     audio = decode_audio(dev_item("ljspeech_LJ001-0001").audio)
     stream, _, _ = _stream(tiny, audio)
@@ -62,6 +64,7 @@ def test_feeding_in_any_piece_size_and_int16_gives_the_same_text(tiny, dev_item)
     assert a.text == b.text and a.text.strip()
 
 
+@pytest.mark.slow
 def test_window_re_anchors_and_keeps_memory_flat(tiny, longform_items):
     """50 s of a long-form stream with a 10 s window: the window is re-anchored several times,
     the decoder context stays bounded, and the text stays accurate."""
@@ -83,6 +86,7 @@ def test_window_re_anchors_and_keeps_memory_flat(tiny, longform_items):
             assert not (words[i:i + n] == words[i + n:i + 2 * n] == words[i + 2 * n:i + 3 * n]), words[i:i + n]
 
 
+@pytest.mark.slow
 def test_a_full_window_rolls_over_with_its_last_committed_words_as_left_context(tiny, longform_items):
     """A window that fills up in the middle of speech starts the next one at its committed words
     of the last ``roll_context_s``: their audio and tokens (forced, not said again), so that the
@@ -151,6 +155,7 @@ def test_agreement_policy_also_streams(tiny, dev_item):
     assert corpus_error_rate([(item.text, stream.text)]) < 30
 
 
+@pytest.mark.slow
 def test_cli_stream_writes_json_with_emission_times(dev_item, tmp_path):
     item = dev_item("ljspeech_LJ001-0002")
     run = subprocess.run([sys.executable, "-m", "susurrus", "stream", str(item.audio), "-f", "json",
@@ -188,6 +193,7 @@ def test_step_phase_moves_the_step_grid_and_only_it(tiny, dev_item):
             StreamConfig(step_phase_ms=bad)
 
 
+@pytest.mark.slow
 def test_bench_reports_what_the_phase_alone_moves(tiny, dev_items):
     from susurrus.evaluation import bench
     from susurrus.streaming.session import stream_config
@@ -208,6 +214,7 @@ def test_bench_reports_what_the_phase_alone_moves(tiny, dev_items):
     assert "Step phases" in report and "640/1000/500 phase 320" in report
 
 
+@pytest.mark.slow
 def test_bench_reports_how_far_offline_moves_from_itself(tiny, dev_items, tmp_path):
     """``susurrus bench --offline-spread``: every item also transcribed offline 10 ms later (one
     mel frame of digital silence before it), scored, counted beside the stream, and cached."""
@@ -232,6 +239,7 @@ def test_bench_reports_how_far_offline_moves_from_itself(tiny, dev_items, tmp_pa
     assert bench.run(tiny, items, [stream_config("medium")], progress=False)[0].spread_row() is None
 
 
+@pytest.mark.slow
 def test_the_diagnosis_oracle_streams_over_a_whole_window_encoding(tiny, dev_item):
     """``benchmarks/diagnostics/base_diagnosis.py``'s oracle row (``encoder=padded``): the engine's decoder
     and policy over the window encoded whole at every step. Its cross-attention update is a step

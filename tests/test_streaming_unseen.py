@@ -89,6 +89,7 @@ def test_a_loop_inside_one_commit_is_seen_where_it_happens():
     assert loop_span([], [" one", " two", " one", " two", " three"]) is None
 
 
+@pytest.mark.slow
 def test_whispered_speech_is_transcribed_not_gated_away(tiny, dev_item):
     """A whisper (no voicing: Silero gives it 0.15-0.5) keeps its words; before, the gate idled
     through half of it and the stream lost "not what your country can do for you"."""
@@ -142,6 +143,7 @@ def _sphinx_one() -> np.ndarray:
     return decode_audio(path)[int(0.32 * SR):int(1.36 * SR)]  # "one" (and the start of "zero")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pause_s", [1.0, 2.0])
 def test_a_numbered_reading_does_not_loop(tiny, longform_items, pause_s):
     """A number, a pause, then continuous reading (a recited sonnet's shape): the flush after
@@ -157,6 +159,7 @@ def test_a_numbered_reading_does_not_loop(tiny, longform_items, pause_s):
     assert errors / n <= 0.2, (stream.text, offline_text)
 
 
+@pytest.mark.slow
 def test_a_poisoned_prompt_is_recovered_from(tiny, dev_item):
     """Text that makes the decoder loop, given as the prompt (what a loop committed before):
     the stream notices the repetition, drops the prompt and transcribes the speech."""
@@ -172,6 +175,7 @@ def test_a_poisoned_prompt_is_recovered_from(tiny, dev_item):
     assert longest_repetition([w.word for w in stream.words]) <= 2
 
 
+@pytest.mark.slow
 def test_offline_sampling_does_not_run_past_the_text_context(tiny):
     """With best_of > 1 the sampler counted the first sample's length only: a sample that ended
     early let the others run past the decoder's 448 positions and an empty slice crashed
@@ -198,6 +202,7 @@ def test_reads_past_audio_is_a_continuation_that_reads_none_of_it():
     assert not reads_past_audio([" same"], [190], n_real, ended=True)  # a word read in the audio, then the end
 
 
+@pytest.mark.slow
 def test_a_decoder_that_lost_its_place_is_re_anchored_soon(tiny):
     """A wrong opening ("and the" for "I can't look at", non-native speech) that the decoder
     cannot continue: it read a word from the silence past the audio at every step and
@@ -214,6 +219,7 @@ def test_a_decoder_that_lost_its_place_is_re_anchored_soon(tiny):
     assert longest_repetition([w.word for w in stream.words]) <= 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase_ms", [160, 320])
 def test_an_overdue_stream_commits_what_it_has_read(tiny, phase_ms):
     """Telephone-band digits ("1 0 0 0 1, 9 0 2 1 0, ..."): the stream reads "1,0001." and keeps
@@ -227,6 +233,7 @@ def test_an_overdue_stream_commits_what_it_has_read(tiny, phase_ms):
     assert errors <= n // 2, (offline_text, stream.text)  # the digits, not something else
 
 
+@pytest.mark.slow
 def test_a_word_read_after_a_pause_is_not_timed_onto_committed_speech(tiny):
     """Non-native speech, step phase 320 ms: "B." (read 7.4 s into the audio, after a pause) was
     timed 5.29-5.29 s, the end of the word committed before it: the energy refinement moved it
@@ -239,6 +246,7 @@ def test_a_word_read_after_a_pause_is_not_timed_onto_committed_speech(tiny):
     assert not collapsed, [(w.word, w.start, w.end) for w in stream.words]
 
 
+@pytest.mark.slow
 def test_a_window_s_last_word_timed_after_the_speech_is_kept(tiny):
     """Non-native speech, step phase 0: the final decode read "her, I tell you." (" you" at
     2.10 s, p 0.99) but DTW timed " you." at 2.58-2.60 s, squeezed against the end of the
@@ -249,6 +257,7 @@ def test_a_window_s_last_word_timed_after_the_speech_is_kept(tiny):
     assert not stream.dropped, [(w.word, w.start, w.end) for w in stream.dropped]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase_ms", [320, 480])
 def test_a_window_s_end_read_again_is_not_kept_as_heard(tiny, phase_ms):
     """Non-native speech: the final decode read "I'm not only one here, but only one here.",
@@ -259,6 +268,7 @@ def test_a_window_s_end_read_again_is_not_kept_as_heard(tiny, phase_ms):
     assert stream.text.lower().count("only one here") == 1, stream.text
 
 
+@pytest.mark.slow
 def test_an_overdue_decode_that_ended_after_a_word_commits_it(tiny):
     """Non-native speech the model reads badly, step phase 160 ms: both readings of the overdue
     window agreed on " smell", read 0.6 s before the audio's edge, and the decoder said
@@ -270,6 +280,7 @@ def test_an_overdue_decode_that_ended_after_a_word_commits_it(tiny):
     assert longest_repetition([w.word for w in stream.words]) <= 2
 
 
+@pytest.mark.slow
 def test_an_overdue_window_commits_what_two_readings_in_both_directions_agree_on(tiny):
     """Non-native speech the model reads badly, step phase 0: after a pause, each step read the
     window differently ("Follow her.", "...Folar", "Follow...") and none agreed with the overdue
@@ -281,6 +292,7 @@ def test_an_overdue_window_commits_what_two_readings_in_both_directions_agree_on
     assert longest_repetition([w.word for w in stream.words]) <= 2
 
 
+@pytest.mark.slow
 def test_an_overdue_window_whose_decoder_is_lost_is_re_anchored_at_the_next_step(tiny):
     """Non-native speech, step phase 160 ms: after "I think it's" the decoder read " a" from the
     silence past the audio while 3 s of speech followed (the committed text led it to "it's a
@@ -292,6 +304,7 @@ def test_an_overdue_window_whose_decoder_is_lost_is_re_anchored_at_the_next_step
     assert longest_repetition([w.word for w in stream.words]) <= 2
 
 
+@pytest.mark.slow
 def test_a_decoder_that_ends_without_a_word_while_speech_remains_has_lost_its_place(tiny):
     """Non-native speech, the high preset at step phase 320 ms, one thread (as the bench runs):
     after "and the other" the decoder read " side" from the silence past the audio, then ended
@@ -304,6 +317,7 @@ def test_a_decoder_that_ends_without_a_word_while_speech_remains_has_lost_its_pl
     assert longest_repetition([w.word for w in stream.words]) <= 2
 
 
+@pytest.mark.slow
 def test_a_sentence_recited_over_one_spot_of_audio_is_not_committed(base):
     """base, French, after re-anchoring at the window's 24 s: prompted by the text so far, the
     decoder recited "faire un peu de la carrière en traduction automatique." and then "C'est un
@@ -322,6 +336,7 @@ def test_a_sentence_recited_over_one_spot_of_audio_is_not_committed(base):
     assert errors / n <= 0.4, stream.text
 
 
+@pytest.mark.slow
 def test_a_window_read_three_times_at_its_end_is_committed_once(base):
     """base, German, language detected (so the whole 2.6 s item is decoded at its end): the
     decode read the utterance three times ("Ich bin ein Schokobombong." and again and again,
@@ -336,6 +351,7 @@ def test_a_window_read_three_times_at_its_end_is_committed_once(base):
     assert longest_repetition([w.word for w in stream.words]) == 1, stream.text
 
 
+@pytest.mark.slow
 def test_a_character_completed_far_ahead_does_not_end_the_reading(base):
     """base, Chinese: the window's last decode read 利 and the first byte token of 息 over the
     speech and 息's second byte token a second and a half later, at the end of the audio; the
@@ -352,6 +368,7 @@ def test_a_character_completed_far_ahead_does_not_end_the_reading(base):
     assert error_counts(item.text, stream.text, "zh", "char")[0] <= 8, stream.text
 
 
+@pytest.mark.slow
 def test_speech_far_below_full_scale_keeps_its_words(tiny, dev_item):
     """Speech peaking at -60 dBFS (a microphone's gain far too low), which offline Whisper still
     reads: Silero VAD alone heard none of it, and the gate skipped it (dev items at that level:

@@ -24,6 +24,7 @@ def _run(model, audio, piece=SR // 10, **settings):
     return stream, events
 
 
+@pytest.mark.slow
 def test_feed_sizes_do_not_change_the_words(tiny, dev_item):
     audio = decode_audio(dev_item("ljspeech_LJ001-0003").audio)
     a, _ = _run(tiny, audio, piece=640 * 16)
@@ -33,6 +34,7 @@ def test_feed_sizes_do_not_change_the_words(tiny, dev_item):
     assert len(a.words) > 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signal", ["silence", "white", "pink", "music"])
 def test_non_speech_gives_no_words_and_no_compute(tiny, signal):
     make = {"silence": lambda s: np.zeros(s * SR, np.float32), "white": white_noise, "pink": pink_noise,
@@ -47,6 +49,7 @@ def test_non_speech_gives_no_words_and_no_compute(tiny, signal):
     assert len(ungated.stats) >= 30 * 1000 // ungated.config.chunk_ms - 1
 
 
+@pytest.mark.slow
 def test_words_on_both_sides_of_a_long_pause_and_compute_follows_speech(tiny, dev_item):
     first = dev_item("ljspeech_LJ001-0002")
     second = dev_item("ljspeech_LJ001-0004")
@@ -65,6 +68,7 @@ def test_words_on_both_sides_of_a_long_pause_and_compute_follows_speech(tiny, de
     assert steps_gap <= 2000 // stream.config.chunk_ms + 2
 
 
+@pytest.mark.slow
 def test_speech_turns_open_and_close_with_the_utterances(tiny, dev_items):
     picked = [i for i in dev_items if i.id in ("ljspeech_LJ001-0002", "ljspeech_LJ001-0004", "ljspeech_LJ001-0006")]
     assert len(picked) == 3
@@ -89,6 +93,7 @@ def test_speech_turns_open_and_close_with_the_utterances(tiny, dev_items):
     assert " ".join(t.text for t in turns) == stream.text.strip()
 
 
+@pytest.mark.slow
 def test_semantic_turns_end_sooner_after_a_sure_sentence_end_and_change_no_text(tiny, dev_items):
     """``semantic_turns``: a turn whose text, read as if the audio ended 192 ms into the pause,
     ends a sentence the decoder is sure of closes after 350 ms of silence instead of 500; one it
@@ -123,6 +128,7 @@ def _doubled_phrase(words: list[str]) -> list[str] | None:
     return None
 
 
+@pytest.mark.slow
 def test_a_turns_last_decode_does_not_start_the_sentence_over(tiny, longform_items):
     """At the end of a short turn ("In being comparatively modern," after 1.5 s) the final
     decode used to read the turn's audio a second time ("... modern, in being comparatively
@@ -140,6 +146,7 @@ def test_a_turns_last_decode_does_not_start_the_sentence_over(tiny, longform_ite
     assert corpus_error_rate([(" ".join(s["text"] for s in item.segments[:2]), stream.text)]) <= 10
 
 
+@pytest.mark.slow
 def test_multilingual_stream_detects_the_language(base, dev_item):
     item = dev_item("picovoice_test_fr")
     audio = decode_audio(item.audio)
@@ -155,6 +162,7 @@ def _provisional_ms(stream) -> int:
     return round((enc.frames - enc.finalized) * 20)
 
 
+@pytest.mark.slow
 def test_the_look_ahead_follows_the_streams_language(tiny, base, dev_item):
     """At the presets but high the language sets the encoder look-ahead: 1 s for English, 1.5 s
     for other languages and while a stream's language is undecided; an explicit one stays."""
@@ -177,6 +185,7 @@ def test_the_look_ahead_follows_the_streams_language(tiny, base, dev_item):
     assert provisional(base, spanish, language="es", lookahead_ms=700) == 700
 
 
+@pytest.mark.slow
 def test_a_stream_of_two_languages_in_turn_detects_both(base, dev_item):
     """Language detection runs again at each window's start after a pause: German, a pause,
     then French (nothing given) is transcribed in each language."""
@@ -192,6 +201,7 @@ def test_a_stream_of_two_languages_in_turn_detects_both(base, dev_item):
     assert corpus_error_rate([(french.text, fr_text)], "fr") <= 40
 
 
+@pytest.mark.slow
 def test_stream_command_prints_one_line_per_turn(dev_items, tmp_path):
     import subprocess
     import sys
@@ -227,6 +237,7 @@ def test_flush_commits_everything_and_the_stream_goes_on(tiny, dev_item):
     assert all(w.start >= len(first) / SR - 0.3 for w in stream.words[len(flushed.split()):])
 
 
+@pytest.mark.slow
 def test_translate_streams_english(base, dev_item):
     item = dev_item("picovoice_test_fr")
     stream, _ = _run(base, decode_audio(item.audio), lookahead_ms=1000, task="translate")

@@ -26,6 +26,7 @@ def reference_tiny():
                            compute_type="float32", cpu_threads=2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("item_id", PARITY_ITEMS)
 def test_greedy_text_identical_to_reference(tiny, reference_tiny, dev_item, item_id):
     item = dev_item(item_id)
@@ -37,6 +38,7 @@ def test_greedy_text_identical_to_reference(tiny, reference_tiny, dev_item, item
     assert corpus_error_rate([(item.text, ours)]) < 15
 
 
+@pytest.mark.slow
 def test_beam_search_and_timestamps_give_good_text(tiny, dev_item):
     item = dev_item("ljspeech_LJ001-0003")
     segments, info = tiny.transcribe(item.audio, beam_size=5)
@@ -48,6 +50,7 @@ def test_beam_search_and_timestamps_give_good_text(tiny, dev_item):
     assert all(a.end <= b.start + 1e-6 for a, b in zip(segments, segments[1:]))
 
 
+@pytest.mark.slow
 def test_segments_are_a_lazy_generator(tiny, dev_item):
     segments, _ = tiny.transcribe(dev_item("jfk_inaugural").audio)
     assert iter(segments) is segments  # nothing decoded until consumed
@@ -55,6 +58,7 @@ def test_segments_are_a_lazy_generator(tiny, dev_item):
     assert "fellow americans" in normalize(first.text)
 
 
+@pytest.mark.slow
 def test_temperature_fallback_when_text_is_rejected(tiny, dev_item):
     """A compression-ratio threshold no text can meet forces the whole ladder; the result
     is then the best candidate and carries the last temperature tried."""
@@ -66,6 +70,7 @@ def test_temperature_fallback_when_text_is_rejected(tiny, dev_item):
     assert all(s.temperature == 0.0 for s in kept)
 
 
+@pytest.mark.slow
 def test_long_file_in_sequential_windows_with_word_timestamps(tiny, longform_items):
     """The first 75 s of a long-form stream: three windows, previous-text conditioning, and
     word timestamps that land on the utterance boundaries."""
@@ -85,6 +90,7 @@ def test_long_file_in_sequential_windows_with_word_timestamps(tiny, longform_ite
     assert corpus_error_rate([(ref_text, hyp_text)]) < 12
 
 
+@pytest.mark.slow
 def test_no_speech_gate(tiny, dev_item):
     """Whisper's no-speech probability is high on silence and low on speech; with the
     log-probability condition off, a silent window is skipped outright (Whisper's own gate:
@@ -108,6 +114,7 @@ def test_bad_input_is_refused_clearly(tiny, tmp_path):
 
 
 
+@pytest.mark.slow
 def test_base_detects_languages_of_every_non_english_item(base, dev_items):
     others = [i for i in dev_items if i.language != "en"]
     assert {i.language for i in others} >= {"es", "de", "fr", "zh", "sv"}
@@ -122,6 +129,7 @@ def test_base_detects_languages_of_every_non_english_item(base, dev_items):
         assert corpus_error_rate([(item.text, text)], item.language, unit) < 60, (item.id, text)
 
 
+@pytest.mark.slow
 def test_base_translates_to_english(base, dev_items):
     item = next(i for i in dev_items if i.language == "es")
     segments, info = base.transcribe(item.audio, task="translate", beam_size=1, temperature=0.0)
@@ -133,6 +141,7 @@ def test_base_translates_to_english(base, dev_items):
     assert len(english & set(normalize(text).split())) >= 2, text
 
 
+@pytest.mark.slow
 def test_no_time_past_the_end_of_the_audio(tiny, dev_item):
     """A timestamp token may name any time of the padded 30 s window: tiny.en's segment of this
     1.78 s file ended at 2.0 s (19 of the 49 English dev items overran, most by under 0.2 s, five

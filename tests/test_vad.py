@@ -383,6 +383,7 @@ def test_hallucination_phrases():
     assert hallucination_verdict("anything at all", speech_fraction=0.1).drop  # VAD: no speech there
 
 
+@pytest.mark.slow
 def test_guard_on_noise_and_never_on_real_speech(vad, dev_items, longform_items):
     noise = VadState()
     run(vad, signals.pink_noise(3.0, seed=1), noise)
