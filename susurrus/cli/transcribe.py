@@ -62,16 +62,15 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
         bar = tqdm(total=round(info.duration, 2), unit="s", desc=Path(path).name, file=sys.stderr,
                    disable=args.quiet or not sys.stderr.isatty() and not args.progress,
                    bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s audio [{elapsed}<{remaining}]")
+        shown = 0  # segments printed: a Ctrl+C between a segment's arrival and its line still prints it
         try:
             for segment in segments:
                 collected.append(segment)
                 bar.update(round(min(segment.end, info.duration) - bar.n, 2))
-                if not args.quiet and not diarize:
-                    line = (f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] "
-                            f"{segment.text.strip()}")
-                    tqdm.write(line, file=sys.stdout)
+                shown = _print_from(collected, shown) if not args.quiet and not diarize else shown
         except KeyboardInterrupt:  # Ctrl+C: what was decoded is written, and where it stops said
             interrupted = True
+            shown = _print_from(collected, shown) if not args.quiet and not diarize else shown
         else:
             bar.update(round(info.duration - bar.n, 2))
         bar.close()
@@ -97,3 +96,14 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
                   f"{', '.join(str(target(out_dir, names[path], fmt)) for fmt in formats)}{rest}", file=sys.stderr)
             return 130
     return status
+
+
+def _print_from(segments: list, shown: int) -> int:
+    """Print ``segments[shown:]`` as ``[start --> end] text`` lines; return how many are printed."""
+    from tqdm import tqdm
+
+    for segment in segments[shown:]:
+        tqdm.write(f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] "
+                   f"{segment.text.strip()}", file=sys.stdout)
+        shown += 1
+    return shown
