@@ -178,3 +178,44 @@ def test_browser_demo_keeps_an_api_key_error_on_screen(guarded_server, dev_item,
         assert state == "idle" and red and can_retry, seen
         assert text.startswith("Server error (invalid_api_key)"), seen
     assert seen[2][0] == "live" and not seen[2][2] and seen[2][1].startswith("Listening"), seen
+
+
+@pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
+                    reason="headless Chromium not installed (apt-get install chromium chromium-driver; .ci/run does)")
+@pytest.mark.slow
+def test_browser_demo_streams_a_file_when_the_browser_blocks_playback(server, tiny, dev_item, tmp_path):
+    """*Stream a file* in a browser that blocks audio until the page is clicked: the page says
+    that playback is blocked, streams the file without sound, and its transcript is the stream's.
+
+    Headless Chromium plays audio whatever its autoplay flag, so the block is what a blocking
+    browser does to the page, set up before the page loads: ``AudioContext.resume()`` never
+    settles and the context stays ``suspended``."""
+    pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.common.by import By
+
+    item = dev_item(CLIP)
+    audio = decode_audio(item.audio)
+    clip = tmp_path / "clip.wav"
+    sf.write(clip, audio, 16000, subtype="PCM_16")
+    driver = _chromium(clip, "--autoplay-policy=user-gesture-required")
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        AudioContext.prototype.resume = function () { return new Promise(() => {}); };
+        Object.defineProperty(AudioContext.prototype, "state", { get() { return "suspended"; } });"""})
+    try:
+        driver.get(f"{server.http_url}/")
+        body = driver.find_element(By.TAG_NAME, "body")
+        driver.find_element(By.ID, "file").send_keys(str(clip))
+        _wait(lambda: body.get_attribute("data-begun") == "1", 30, "the start to settle")
+        state, status = body.get_attribute("data-state"), driver.find_element(By.ID, "status").text
+        _wait(lambda: body.get_attribute("data-items-completed") not in (None, "0"), len(audio) / 16000 + 60,
+              "the transcript")
+        page_text = " ".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, "#transcript .committed"))
+    finally:
+        driver.quit()
+    assert state == "live", status
+    assert "blocked playback" in status, status
+    reference = stream_text(tiny, audio)
+    wer_page = corpus_error_rate([(item.text, page_text)])
+    wer_stream = corpus_error_rate([(item.text, reference)])
+    print(f"\npage: {page_text!r} (WER {wer_page:.1f} %)\nsusurrus stream: {reference!r} (WER {wer_stream:.1f} %)")
+    assert wer_page <= wer_stream + 3.0, (page_text, reference)

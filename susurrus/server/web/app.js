@@ -266,10 +266,11 @@ function fileSource(file) {
     source.connect(ctx.destination); // and heard
     source.onended = () => stop();
     run.source = source;
-    run.withoutPlaying = () => { // playback blocked: the same audio sent at speaking pace by a timer
+    run.withoutPlaying = () => { // playback blocked: the rest of the audio sent at speaking pace by a timer
       source.onended = null;
+      node.port.onmessage = null; // nothing more from the audio graph, should the browser start it later
       try { source.disconnect(); } catch (e) { /* already gone */ }
-      paceWithoutPlaying(audio);
+      paceWithoutPlaying(audio, run.sent); // from where the graph stopped (0 when it never ran)
     };
     source.start();
   };
@@ -281,9 +282,9 @@ function resumes(ctx, waitMs = 1500) {
     new Promise((resolve) => setTimeout(() => resolve(ctx.state === "running"), waitMs))]);
 }
 
-function paceWithoutPlaying(audio) {
+function paceWithoutPlaying(audio, from = 0) {
   const channels = Array.from({ length: audio.numberOfChannels }, (_, c) => audio.getChannelData(c));
-  let at = 0;
+  let at = Math.min(from, audio.length);
   const timer = setInterval(() => {
     if (!run || run.ws.readyState !== WebSocket.OPEN) { clearInterval(timer); return; }
     const n = Math.min(BLOCK, audio.length - at);
