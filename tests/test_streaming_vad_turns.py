@@ -93,6 +93,21 @@ def test_speech_turns_open_and_close_with_the_utterances(tiny, dev_items):
     assert " ".join(t.text for t in turns) == stream.text.strip()
 
 
+
+def test_a_turn_after_a_full_stop_starts_with_a_capital(tiny):
+    """JFK with server-VAD turns: "… my fellow Americans." ends a turn at the pause; the decoder
+    goes on without that full stop in its context (the pause may fall mid-sentence) and writes
+    "ask not" in lower case, where the output, which keeps the full stop, needs "Ask not"."""
+    import susurrus
+
+    stream, events = _run(tiny, decode_audio(susurrus.example_audio()), turns=TurnConfig())
+    turns = [e.text for e in events if isinstance(e, TurnEnded)]
+    assert len(turns) >= 2 and turns[0].rstrip().endswith("."), turns
+    after_stop = [b for a, b in zip(stream.words, stream.words[1:]) if a.word.rstrip().endswith((".", "?", "!"))]
+    assert after_stop and all(w.word.strip()[0].isupper() for w in after_stop), stream.text
+    assert [w.word for w in stream.words] == [w.word for t in events if isinstance(t, Committed) for w in t.words]
+
+
 @pytest.mark.slow
 def test_semantic_turns_end_sooner_after_a_sure_sentence_end_and_change_no_text(tiny, dev_items):
     """``semantic_turns``: a turn whose text, read as if the audio ended 192 ms into the pause,

@@ -19,6 +19,13 @@ def has_letters(text: str) -> bool:
     return any(c.isalnum() for c in text)
 
 
+def capitalised(word: str) -> str:
+    """``word`` (with its leading space) with its first letter upper case: " ask" -> " Ask"
+    (scripts without case unchanged)."""
+    at = next((i for i, c in enumerate(word) if c.isalpha()), None)
+    return word if at is None else word[:at] + word[at].upper() + word[at + 1:]
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -54,7 +55,7 @@ from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import Whisper
 from susurrus.streaming.activity import VoiceActivity
 from susurrus.streaming.calls import Steps, drive
-from susurrus.streaming.commit import common_prefix, has_letters, stable_count, word_boundary
+from susurrus.streaming.commit import capitalised, common_prefix, has_letters, stable_count, word_boundary
 from susurrus.streaming.config import (
     DETECT_EARLIEST_S,
     DETECT_SURE,
@@ -438,13 +439,16 @@ class StreamSession(WindowDecoding, VoiceActivity):
                     while words and not has_letters(words[0].word):
                         words = words[1:]
                 if words:
-                    self._open_punctuation = False
+                    if self._open_punctuation.rstrip().endswith(SENTENCE_END):
+                        # the output's sentence ended there; the decoder, without the full stop,
+                        # may go on in lower case ("Americans." then "ask not")
+                        words[0] = replace(words[0], word=capitalised(words[0].word))
+                    self._open_punctuation = ""
                     self.words.extend(words)
                     events.append(Committed(words))
                 if turn_end:  # the output keeps it; the decoder's context does not
                     while win.committed and not has_letters(self.tokenizer.decode(win.committed[-1:])):
-                        win.committed.pop()
-                        self._open_punctuation = True
+                        self._open_punctuation = self.tokenizer.decode([win.committed.pop()]) + self._open_punctuation
         # the prefix cache now covers prompt + committed tokens but the last
         win.prefix = (cache.rewind(len(self._prompt()) + len(win.committed) - 1, keep=True)
                       if found is None and again is None else None)

@@ -169,7 +169,7 @@ class OpenTurn:
     start_ms: int = 0  # audio_start_ms of the open turn
     first_word: int = 0  # index in ``words`` of the open turn's first word
     pause: tuple[int, int | None] = (-1, None)  # (last speech frame, silence that ends the turn)
-    open_punctuation: bool = False  # a turn's closing punctuation, output but not in the decoder's context
+    open_punctuation: str = ""  # a turn's closing punctuation, output but not in the decoder's context
 
 
 @dataclass
