@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import statistics
 import sys
 import time
@@ -19,17 +18,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+
 from susurrus.client import append_event, session_update  # noqa: E402
 
 RATE = 24000
 BLOCK = RATE // 10
 COMPLETED = "conversation.item.input_audio_transcription.completed"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------- one client session

@@ -27,11 +27,9 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +37,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import launch  # noqa: E402 - benchmarks/launch.py
 
 from susurrus.audio.io import decode_audio, resample  # noqa: E402
 from susurrus.audio.resampler import StreamResampler  # noqa: E402
@@ -207,9 +207,7 @@ def chosen_audio(args: argparse.Namespace, n: int) -> list[Result]:
 def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: bool, window_ms: float = 0.0,
                      grid_ms: float = 0.0) -> dict:
     """Start ``susurrus serve``, stream every client at once, stop it; CPU, wall and RSS."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = launch.free_port()
     cmd = [sys.executable, "-m", "susurrus", "serve", "--port", str(port), "--model", args.model,
            "--threads", str(args.threads), "--max-buffered-s", "600", "--max-sessions", str(len(results)),
            "--log-level", "warning", "--workers", str(args.workers), "--compute-type", args.compute_type]
@@ -223,12 +221,7 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
     server = subprocess.Popen(cmd, cwd=REPO)
     rss = [0.0]
     try:
-        for _ in range(3000):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+        launch.wait_healthy(server, port)
         idle_rss = server_rss_mb(server.pid)
         cpu0, own0 = server_cpu_seconds(server.pid), server_cpu_seconds(server.pid, own=True)
         clients0 = time.process_time()  # this process: the clients, on the same cores as the server

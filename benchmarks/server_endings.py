@@ -28,13 +28,11 @@ import contextlib
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -46,6 +44,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
+import launch  # noqa: E402 - benchmarks/launch.py
 from server_concurrency import BLOCK, RATE, Result, chosen_audio, pct, run_client, server_rss_mb  # noqa: E402
 from server_helpers import NeverReads  # noqa: E402 - a raw WebSocket client that never reads
 from soak import http_get, parse_metrics  # noqa: E402
@@ -58,22 +57,9 @@ FAILED = "conversation.item.input_audio_transcription.failed"
 
 
 def start_server(args: argparse.Namespace, *extra: str, log: Path | None = None) -> tuple[subprocess.Popen, int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "susurrus", "serve", "--port", str(port), "--model", args.model,
-           "--workers", str(args.workers), "--threads", "1", "--max-sessions", "64", "--log-level", "info", *extra]
     out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 - the server's lifetime
-    server = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-    for _ in range(3000):
-        if server.poll() is not None:
-            raise SystemExit(f"the server exited ({server.returncode})")
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-            return server, port
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit("the server did not start")
+    return launch.start_server(["--model", args.model, "--workers", str(args.workers), "--threads", "1",
+                                "--max-sessions", "64", "--log-level", "info", *extra], log=out)
 
 
 # ---------------------------------------------------------------------------- slow readers

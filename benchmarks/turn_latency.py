@@ -39,11 +39,9 @@ import base64
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +49,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import launch  # noqa: E402 - benchmarks/launch.py
 
 from susurrus.audio.io import decode_audio  # noqa: E402
 from susurrus.evaluation.data import SHARED_DATA, read_manifest  # noqa: E402
@@ -215,21 +215,8 @@ async def play(url: str, mode: str, audio: np.ndarray, played: list[Played], del
 
 
 def start_server(model: str, extra: list[str], code: Path = REPO) -> tuple[subprocess.Popen, int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "susurrus", "serve", "--port", str(port), "--model", model,
-           "--max-sessions", "64", "--log-level", "warning", *extra]
-    server = subprocess.Popen(cmd, cwd=code, env={**os.environ, "PYTHONPATH": str(code)})
-    for _ in range(3000):
-        if server.poll() is not None:
-            raise SystemExit(f"the server exited ({server.returncode})")
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-            return server, port
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit("the server did not start")
+    return launch.start_server(["--model", model, "--max-sessions", "64", "--log-level", "warning", *extra], code,
+                               env={**os.environ, "PYTHONPATH": str(code)})
 
 
 def pct(xs: list[float], q: float) -> float:
