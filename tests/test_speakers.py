@@ -132,3 +132,82 @@ def test_tracker_state_stays_bounded():
         tracker.push(rng.normal(0, 0.01, 10240).astype(np.float32), lambda a, b: 0.0)
     assert len(tracker.audio) <= PARTIAL_SAMPLES + 2 * HOP + 10240
     assert tracker.windows.maxlen == 120 and tracker.all is None and tracker.embedded == 0
+    assert not tracker.queue and not tracker.clusters.sums
+
+
+def test_onnx_runtime_encoder_equals_torch(clip):
+    """The tracker's encoder (ONNX Runtime, exported from the torch network in memory) gives
+    torch's embeddings, one window or a batch."""
+    pytest.importorskip("onnx", reason="the ONNX Runtime encoder needs onnx (torch's exporter)")
+    from susurrus.speakers.encoder import PARTIAL_SAMPLES, embed_partials
+
+    audio, _ = clip
+    pieces = [audio[i: i + PARTIAL_SAMPLES] for i in range(0, 8 * 16000, 16000)]
+    ours, theirs = embed_partials(pieces, runtime="ort"), embed_partials(pieces, runtime="torch")
+    assert ours.shape == (8, 256)
+    assert np.abs(ours - theirs).max() < 1e-4
+    assert np.abs(embed_partials(pieces[:1], runtime="ort") - theirs[:1]).max() < 1e-4
+
+
+def test_batched_windows_give_the_same_labels(clip, monkeypatch):
+    """Windows wait for a batch (``BATCH``) unless a word needs a label: the same windows, the
+    same speakers and the same labels as embedding each window as soon as it is due."""
+    import susurrus.speakers.tracker as tracker_mod
+    from susurrus.speakers.offline import file_voiced
+
+    audio, _ = clip
+    voiced = file_voiced(audio)  # the Silero VAD, as a stream's
+    spans = [(t, t + 0.4) for t in np.arange(0.5, len(audio) / 16000 - 1.5, 1.3)]
+    runs = []
+    for batch in (1, 4):
+        monkeypatch.setattr(tracker_mod, "BATCH", batch)
+        t = make_tracker()
+        labels = []
+        for i in range(0, len(audio), 10240):  # the stream's 0.64 s steps
+            t.push(audio[i: i + 10240], voiced)
+            assert len(t.queue) < batch
+            now = (i + 10240) / 16000
+            due = [s for s in spans if now - 1.0 - 0.64 < s[1] <= now - 1.0]  # committed ~1 s after its end
+            labels += t.label(due)
+            assert not (due and t.queue)  # a label never waits for a batch
+        runs.append((labels, [(w.end, w.cluster) for w in t.windows], t.batches))
+    (one, w1, b1), (four, w4, b4) = runs
+    assert one == four and w1 == w4 and b4 < b1
+    assert set(one) == {"S1", "S2"}
+
+
+def _voice(rng, base, n, spread=0.026):
+    x = base + rng.normal(0, spread, (n, len(base)))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("max_speakers", [None, 1])
+def test_a_close_second_voice_splits_off(max_speakers):
+    """A run of 4 windows given to a speaker (the global bar let them in) but far below that
+    speaker's own windows' similarity to its centroid opens a new speaker (unless the count is
+    at ``max_speakers``); a run of the same voice does not."""
+    from susurrus.speakers.cluster import OnlineClusters, SpeakerConfig
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=256)
+    a /= np.linalg.norm(a)
+    o = rng.normal(size=256)
+    o -= (o @ a) * a
+    b = 0.8 * a + np.sqrt(1 - 0.8**2) * o / np.linalg.norm(o)  # two close voices (children)
+    c = OnlineClusters(SpeakerConfig(max_speakers=max_speakers))
+    for e in _voice(rng, a, 20):
+        c._add(0, e) if c.sums else c._open(e)
+    same = _voice(rng, a, 4)
+    for e in same:
+        c._add(0, e)
+    assert c.split_off(0, same) is None and len(c.sums) == 1
+    other = _voice(rng, b, 4)
+    assert (c.centroids() @ other.T).min() >= c.config.centroid_threshold  # each fits the first speaker's bar
+    for e in other:
+        c._add(0, e)
+    j = c.split_off(0, other)
+    if max_speakers == 1:
+        assert j is None and c.counts == [28]
+    else:
+        assert j == 1 and c.counts == [24, 4] and len(c.members[0]) == 24
+        assert np.allclose(c.sums[1], other.sum(0), atol=1e-5)

@@ -133,10 +133,12 @@ def _plain_text(model, conv) -> str:
 
 
 def main(data_root: Path, model=None, asr: int = 0, lag: float = 1.0, out=print, only: Sequence[str] = (),
-         limit: int | None = None) -> dict:
+         limit: int | None = None, seed: int = conv_mod.SEED) -> dict:
     """Print the tables; ``asr``: also stream the first ``asr`` conversations of each set;
-    ``only``: these sets; ``limit``: the first conversations of each set."""
-    paths = conv_mod.build(data_root)
+    ``only``: these sets; ``limit``: the first conversations of each set; ``seed``: the set
+    built from this seed (:func:`~susurrus.speakers.conversations.build`; another seed, a
+    held-out set)."""
+    paths = conv_mod.build(data_root, seed=seed)
     sets: dict[str, list] = {}
     for p in paths:
         name = p.stem.rsplit("_", 1)[0]

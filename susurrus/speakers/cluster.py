@@ -15,6 +15,7 @@ the stream merged speakers: 2-speaker DER 22.9 %, 3-speaker 36.2 %, the count ri
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,20 +55,32 @@ class OnlineClusters:
     stream. A new speaker opens only when two consecutive embeddings agree with each other and
     with no speaker (one embedding that fits nobody is usually a window across a change of
     speaker, or a cough); until the count reaches ``min_speakers`` the bar for "fits nobody" is
-    lowered by ``MIN_MARGIN``."""
+    lowered by ``MIN_MARGIN``.
+
+    That test compares one window with one global bar, and a second voice close to the first (two
+    children: 0.55-0.65 between them, 0.8-0.9 within each) is half the time over it, so it is
+    taken into the first speaker window by window and never opens. :meth:`split_off` decides
+    from more evidence: a run of ``GROUP`` consecutive windows that agree with each other, held
+    against the speaker's own statistics (its last ``MEMBERS`` windows' similarity to its
+    centroid) instead of the global bar; a run more than ``SPLIT_Z`` standard deviations below
+    them is another voice, and opens a speaker."""
 
     config: SpeakerConfig
     sums: list[np.ndarray] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     names: list[str | None] = field(default_factory=list)
     pending: np.ndarray | None = None  # the last embedding that fitted nobody
+    members: list[deque] = field(default_factory=list)  # each speaker's last MEMBERS embeddings
 
     MIN_MARGIN = 0.1
+    MEMBERS = 64
+    SPLIT_Z = 5.0
 
     def enrol(self, name: str, embedding: np.ndarray, weight: int = 4) -> None:
         self.sums.append(embedding * weight)
         self.counts.append(weight)
         self.names.append(name)
+        self.members.append(deque(maxlen=self.MEMBERS))
 
     def centroids(self) -> np.ndarray:
         if not self.sums:
@@ -78,12 +91,14 @@ class OnlineClusters:
     def _add(self, k: int, e: np.ndarray) -> int:
         self.sums[k] = self.sums[k] + e
         self.counts[k] += 1
+        self.members[k].append(e)
         return k
 
     def _open(self, e: np.ndarray) -> int:
         self.sums.append(e.copy())
         self.counts.append(1)
         self.names.append(None)
+        self.members.append(deque([e], maxlen=self.MEMBERS))
         return len(self.sums) - 1
 
     def assign(self, e: np.ndarray) -> tuple[int, int | None]:
@@ -109,6 +124,33 @@ class OnlineClusters:
 
     def nearest(self, e: np.ndarray) -> int:
         return int(np.argmax(self.centroids() @ e))
+
+    def split_off(self, k: int, run: np.ndarray) -> int | None:
+        """``run``: the last embeddings given to speaker ``k``, consecutive windows. When they
+        agree with each other (every pair at the same-speaker threshold) and their mean is more
+        than ``SPLIT_Z`` standard deviations below the similarity of the speaker's earlier
+        windows (at least two runs' worth) to the centroid without them, they move to a new
+        speaker, whose index is returned; else None (and nothing changes)."""
+        cfg, m = self.config, self.members[k]
+        g = len(run)
+        if len(m) < 3 * g or (cfg.max_speakers is not None and len(self.sums) >= cfg.max_speakers):
+            return None
+        if float((run @ run.T).min()) < cfg.threshold:
+            return None
+        rest = self.sums[k] - run.sum(0)
+        rest = rest / np.linalg.norm(rest)
+        own = np.stack(list(m)[:-g]) @ rest
+        mean = run.mean(0)
+        if float(mean @ rest) / float(np.linalg.norm(mean)) >= own.mean() - self.SPLIT_Z * own.std():
+            return None
+        self.sums[k] = self.sums[k] - run.sum(0)
+        self.counts[k] -= g
+        for _ in range(g):
+            m.pop()
+        j = self._open(run[0])
+        for e in run[1:]:
+            self._add(j, e)
+        return j
 
 
 def cluster_offline(embeddings: np.ndarray, config: SpeakerConfig, refs: list[np.ndarray] | None = None) -> np.ndarray:

@@ -138,13 +138,20 @@ def make_conversation(name: str, rng: random.Random, voices: dict[str, np.ndarra
     return Conversation(name, audio, sorted(turns))
 
 
-def build(data_root: Path, out: Path = CACHE, sets: dict | None = None, seed: int = SEED) -> list[Path]:
-    """Write every set's conversations (``NAME.wav`` + ``NAME.json`` turns) unless present."""
+def cache_for(seed: int) -> Path:
+    """The folder of the set built from ``seed`` (the default seed's: :data:`CACHE`)."""
+    return CACHE if seed == SEED else CACHE.with_name(f"{CACHE.name}_seed{seed}")
+
+
+def build(data_root: Path, out: Path | None = None, sets: dict | None = None, seed: int = SEED) -> list[Path]:
+    """Write every set's conversations (``NAME.wav`` + ``NAME.json`` turns) unless present;
+    another ``seed`` draws other speakers, turns and pauses (a held-out set)."""
     import soundfile as sf
 
     from susurrus.streaming.vad import load_vad
 
     sets = sets or SETS
+    out = out or cache_for(seed)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{s}_{i:02d}.json" for s, (_, n, _, _) in sets.items() for i in range(n)]
     if all(p.exists() for p in paths):
