@@ -135,20 +135,29 @@ def test_tracker_state_stays_bounded():
     assert not tracker.queue and not tracker.clusters.sums
 
 
-def test_onnx_runtime_encoder_equals_torch(clip):
-    """The tracker's encoder (ONNX Runtime, exported from the torch network in memory) gives
-    torch's embeddings, one window or a batch."""
-    pytest.importorskip("onnx", reason="the ONNX Runtime encoder needs onnx (torch's exporter)")
-    from susurrus.speakers.encoder import PARTIAL_SAMPLES, embed_partials
+@pytest.mark.slow
+def test_onnx_runtime_encoder_equals_torch(clip, tmp_path, monkeypatch):
+    """The tracker's encoder (ONNX Runtime: the torch network exported once, kept in the cache
+    folder, read from there after) gives torch's embeddings, one window or a batch."""
+    pytest.importorskip("onnx", reason="exporting the encoder for ONNX Runtime needs onnx")
+    import susurrus.speakers.encoder as enc
 
     audio, _ = clip
-    pieces = [audio[i: i + PARTIAL_SAMPLES] for i in range(0, 8 * 16000, 16000)]
-    ours, theirs = embed_partials(pieces, runtime="ort"), embed_partials(pieces, runtime="torch")
-    assert ours.shape == (8, 256)
-    assert np.abs(ours - theirs).max() < 1e-4
-    assert np.abs(embed_partials(pieces[:1], runtime="ort") - theirs[:1]).max() < 1e-4
+    pieces = [audio[i: i + enc.PARTIAL_SAMPLES] for i in range(0, 8 * 16000, 16000)]
+    theirs = enc.embed_partials(pieces, runtime="torch")
+    monkeypatch.setattr(enc, "ONNX_CACHE", tmp_path)
+    try:
+        for _ in range(2):  # exported and written, then read back
+            enc.ort_encoder.cache_clear()
+            ours = enc.embed_partials(pieces, runtime="ort")
+            assert ours.shape == (8, 256) and np.abs(ours - theirs).max() < 1e-4
+            assert np.abs(enc.embed_partials(pieces[:1], runtime="ort") - theirs[:1]).max() < 1e-4
+            assert len(list(tmp_path.glob("speaker_encoder_*.onnx"))) == 1
+    finally:
+        enc.ort_encoder.cache_clear()
 
 
+@pytest.mark.slow
 def test_batched_windows_give_the_same_labels(clip, monkeypatch):
     """Windows wait for a batch (``BATCH``) unless a word needs a label: the same windows, the
     same speakers and the same labels as embedding each window as soon as it is due."""

@@ -38,4 +38,8 @@ def make_tracker(speakers: int | None = None, min_speakers: int | None = None, m
     if config.max_speakers is not None and len(refs or {}) > config.max_speakers:
         raise ValueError(f"{len(refs or {})} enrolled speakers but at most {config.max_speakers} speakers")
     embeddings = {name: load_reference(name, clip) for name, clip in (refs or {}).items()}
+    from susurrus.speakers.encoder import load_encoder, ort_encoder
+
+    load_encoder()  # loaded now (once a process), not at the stream's first voiced window
+    ort_encoder()
     return SpeakerTracker(config, embeddings, keep_all=keep_all)

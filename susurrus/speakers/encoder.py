@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
@@ -92,30 +93,51 @@ def partial_starts(n_samples: int, rate: float = 1.3, min_coverage: float = 0.75
     return starts
 
 
+ONNX_CACHE = Path.home() / ".cache" / "susurrus"
+
+
 @functools.lru_cache(maxsize=1)
 def ort_encoder():
-    """The same network as an ONNX Runtime session on one thread (exported from
-    :func:`load_encoder` in memory, nothing written), or None without ``onnx`` and
-    ``onnxruntime``. Same embeddings (cosine 1.0 to torch's, tests/test_speakers.py); a batch of
-    windows costs less a window than torch's LSTM (2 windows: 15 vs 24 ms a window, 4: 13 vs 19
-    ms, one core)."""
+    """The same network as an ONNX Runtime session on one thread, or None without ``onnx`` and
+    ``onnxruntime``. Exported from :func:`load_encoder` by torch (~2 CPU-s, once: the graph is
+    kept in ``~/.cache/susurrus``, named by the weights' digest, and read from there after;
+    where that cannot be written, it is exported again per process). Same embeddings (within
+    1e-4 of torch's, tests/test_speakers.py); a batch of windows costs less a window than torch's
+    LSTM (2 windows: 15 vs 24 ms a window, 4: 13 vs 19 ms, one core)."""
     try:
-        import onnx  # noqa: F401  (torch's exporter needs it)
         import onnxruntime as ort
     except ImportError:
         return None
+    import hashlib
     import io
     import warnings
 
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(load_encoder(), (torch.zeros(1, PARTIAL_FRAMES, 40),), buf, input_names=["mels"],
-                          output_names=["embedding"], dynamic_axes={"mels": {0: "batch"}}, dynamo=False)
+    digest = hashlib.sha1(weights_path().read_bytes()).hexdigest()[:16]
+    cached = ONNX_CACHE / f"speaker_encoder_{digest}.onnx"
+    try:
+        graph = cached.read_bytes()
+    except OSError:
+        try:
+            import onnx  # noqa: F401  (torch's exporter needs it; imported only here: ~1-4 s)
+        except ImportError:
+            return None
+        buf = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(load_encoder(), (torch.zeros(1, PARTIAL_FRAMES, 40),), buf, input_names=["mels"],
+                              output_names=["embedding"], dynamic_axes={"mels": {0: "batch"}}, dynamo=False)
+        graph = buf.getvalue()
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(graph)
+            tmp.replace(cached)
+        except OSError:
+            pass
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
-    return ort.InferenceSession(buf.getvalue(), opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(graph, opts, providers=["CPUExecutionProvider"])
 
 
 @torch.inference_mode()

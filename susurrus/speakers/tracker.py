@@ -6,9 +6,11 @@ are speech (the stream's Silero VAD; without one, frames above an energy floor).
 word takes the speaker most of the windows centred on it were assigned (a window's middle
 ``CENTRE_S``, the part whose speaker it best tells, weighted by overlap with the word); with none
 near it, the nearest window's. Labels are ``S1``, ``S2``, ... in the order speakers first get a
-word, or an enrolled speaker's name. The state is bounded: the clusters' sums and counts, the
-last ``KEEP_S`` seconds of windows and 2 s of audio (``keep_all`` keeps every window's embedding,
-for offline clustering of the same embeddings)."""
+word, or an enrolled speaker's name. Due windows wait for a batch of ``BATCH`` through the
+encoder unless a word needs a label (then they go at once: a label never waits). The state is
+bounded: per speaker a sum, a count and its last 64 embeddings (cluster.py), the last ``KEEP_S``
+seconds of windows, 2.6 s of audio and at most ``BATCH - 1`` waiting windows (``keep_all`` keeps
+every window's embedding, for offline clustering of the same embeddings)."""
 
 from __future__ import annotations
 
