@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from susurrus.audio.features import N_FRAMES, log_mel_spectrogram, pad_or_trim
 from susurrus.audio.io import decode_audio
-from susurrus.evaluation import health, spread
+from susurrus.evaluation import edges, health, spread
 from susurrus.evaluation.alignment import align_words, normalized_words
 from susurrus.evaluation.data import Item
 from susurrus.evaluation.metrics import error_counts
@@ -77,6 +77,7 @@ class ItemResult:
     cpu_s: float = 0.0
     steps: int = 0
     shifted_errors: int | None = None  # offline over the audio 10 ms later (``--offline-spread``)
+    shifted_text: str | None = None
 
     def wer(self) -> float:
         return 100.0 * self.stream_errors / max(1, self.reference_units)
@@ -334,9 +335,11 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
                 if len(group) == 1:
                     res.step_times.extend(s.compute_s for s in session.stats)
                 res.items.append(score_item(item, session, offline[item.id], len(audio[item.id]) / 16000, cpu))
-                if item.text and item.id in later:
-                    res.items[-1].shifted_errors = error_counts(item.text, later[item.id], item.language,
-                                                                unit_for(item.language))[0]
+                if item.id in later:
+                    res.items[-1].shifted_text = later[item.id]
+                    if item.text:
+                        res.items[-1].shifted_errors = error_counts(item.text, later[item.id], item.language,
+                                                                    unit_for(item.language))[0]
             bar.update(len(group))
         bar.close()
         res.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -450,6 +453,8 @@ def report(results: list[BenchResult], worst: int = 10) -> str:
                       "(an item counts in each of its conditions):", "", CONDITION_HEADER, *r.condition_rows()]
         if worst:
             lines += ["", f"Worst {worst} items (stream minus offline WER):", "", WORST_HEADER, *r.worst_rows(worst)]
+    lines += ["", "The edges of the text (susurrus/evaluation/edges.py): the first words against offline's, and "
+                  "the last word:", "", edges.HEADER, *(edges.row(setting(r.config), r.items) for r in results)]
     spreads = [row for r in results if (row := r.spread_row())]
     if spreads:
         lines += ["", "The per-item comparison's noise floor: offline over the same audio 10 ms later (one mel "

@@ -21,6 +21,7 @@ from susurrus.audio.features import DYNAMIC_RANGE
 from susurrus.model.caches import KV, EncoderCache
 from susurrus.model.whisper import Whisper
 from susurrus.streaming.calls import EncodeFrames, Steps, drive
+from susurrus.streaming.config import SILENCE_LEVEL
 
 
 @dataclass
@@ -110,6 +111,47 @@ def encode_window(net: Whisper, mel: torch.Tensor, running_max: float | None = N
     floor = float(piece.max()) - DYNAMIC_RANGE / 4 if running_max is None else (running_max - DYNAMIC_RANGE + 4.0) / 4.0
     pad = torch.full((piece.shape[0], size - piece.shape[1]), floor)
     return net.encoder(torch.cat([piece, pad], dim=1)[None])
+
+
+def silence_keys(net: Whisper) -> list[KV]:
+    """Every encoder layer's self-attention keys/values over a 30 s window of digital silence
+    (normalised log-mel :data:`SILENCE_LEVEL`). A constant of the weights, made on first use and
+    kept on the encoder (as the decoder keeps its transposed output weight)."""
+    keys = getattr(net.encoder, "silence_keys", None)
+    if keys is None:
+        enc = net.encoder
+        mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), SILENCE_LEVEL)
+        x = enc.stem(mel.to(device=net.device, dtype=enc.conv1.weight.dtype))
+        x = x + enc.positional_embedding[: x.shape[1]].to(x.dtype)
+        keys = []
+        with torch.inference_mode():
+            for block in enc.blocks:
+                x, kv, _ = block(x, None)
+                keys.append(kv)
+        enc.silence_keys = keys
+    return keys
+
+
+@torch.inference_mode()
+def encode_padded(net: Whisper, mel: torch.Tensor, running_max: float) -> torch.Tensor:
+    """The window's frames as offline Whisper encodes them in a window padded with silence to
+    30 s, every frame attending to every other and to the padding, at a seventh of the cost
+    (tiny.en, 2 s of audio): the padding's keys and values are those of a window of silence
+    (:func:`silence_keys`) instead of being computed with the audio in view. What a word at an
+    utterance's start is heard with: tiny.en reads JFK's "Ask not" as "S not" with its frames
+    attending to the audio only, and "Ask not" either way with the padding.
+    Returns (1, frames, width), the audio's frames only; ``mel`` as in :func:`encode_step`."""
+    enc = net.encoder
+    size = 2 * net.dims.n_audio_ctx
+    piece = normalize_frames(mel[:, :size], running_max)
+    n = (piece.shape[1] + 1) // 2
+    floor = (running_max - DYNAMIC_RANGE + 4.0) / 4.0
+    tail = torch.full((piece.shape[0], 2 * n + 4 - piece.shape[1]), floor)  # the stem's last frames read silence
+    x = enc.stem(torch.cat([piece, tail], dim=1)[None].to(device=net.device, dtype=enc.conv1.weight.dtype))[:, :n]
+    x = x + enc.positional_embedding[:n].to(x.dtype)
+    for block, pad in zip(enc.blocks, silence_keys(net)):
+        x, _, _ = block(x, KV(pad.k[:, n:], pad.v[:, n:]))
+    return enc.ln_post(x)
 
 
 def encode_step(net: Whisper, state: EncoderState, mel: torch.Tensor, lookahead: int | None,

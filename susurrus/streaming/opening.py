@@ -33,8 +33,9 @@ from susurrus.model.caches import KV, DecoderCache
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import TextDecoder, Whisper
 from susurrus.streaming.calls import CrossKV, DecodeTokens, Steps
+from susurrus.streaming.commit import has_letters
 from susurrus.streaming.config import StreamConfig
-from susurrus.streaming.encoder import EncoderState, encode_steps
+from susurrus.streaming.encoder import EncoderState, encode_padded, encode_steps
 from susurrus.streaming.greedy import attention_at, best, scored
 from susurrus.streaming.hallucination import opening_hallucinated
 from susurrus.streaming.state import CrossBuffer, WindowState
@@ -44,6 +45,7 @@ from susurrus.streaming.words import step_words
 _T = TypeVar("_T")
 
 MAX_IN_FRONT = 8  # tokens in front of the stream's opening at most: a word or two, not a sentence
+MAX_REPLACED = 2  # the stream's opening words a reading may stand in place of
 
 
 @dataclass
@@ -55,12 +57,22 @@ class Opening:
     frames: list[int] = field(default_factory=list)
     probs: list[float] = field(default_factory=list)
     attention: list[torch.Tensor] = field(default_factory=list, repr=False)  # (heads, 1500) per token
+    replaced: int = 0  # the stream's first tokens these stand in place of (0: all in front)
+
+    def add(self, token: int, frame: int, prob: float, attention: torch.Tensor) -> None:
+        self.tokens.append(token)
+        self.frames.append(frame)
+        self.probs.append(prob)
+        self.attention.append(attention)
 
     def prepend(self, tokens: list[int], frames: list[int], probs: list[float], qk: torch.Tensor,
                 n_commit: int) -> tuple[list[int], list[int], list[float], torch.Tensor, int]:
-        """A step's tokens, frames, probabilities, attention and commit count with these in front."""
-        return (self.tokens + tokens, self.frames + frames, self.probs + probs,
-                torch.cat([torch.stack(self.attention, dim=1), qk], dim=1), n_commit + len(self.tokens))
+        """A step's tokens, frames, probabilities, attention and commit count with these in
+        place of its first :attr:`replaced` tokens."""
+        k = self.replaced
+        attention = [torch.stack(self.attention, dim=1)] if self.attention else []
+        return (self.tokens + tokens[k:], self.frames + frames[k:], self.probs + probs[k:],
+                torch.cat([*attention, qk[:, k:]], dim=1), n_commit - k + len(self.tokens))
 
 
 def in_front(tokens: list[int], frames: list[int], opening_frame: int, text: str,
@@ -82,53 +94,92 @@ def _pick(dec: TextDecoder, rules: LogitRules, hidden: torch.Tensor, approx: tor
     return token, float(torch.softmax(row, -1)[token]), frame, attn
 
 
-def read_in_front(net: Whisper, tok: Tokenizer, cross: list[KV], prompt: list[int], rules: LogitRules,
-                  starts_word: Callable[[int], bool], opening: list[int]) -> Steps[Opening | None]:
-    """The tokens a decoder over ``cross`` (the two-way reading) puts in front of the stream's
-    committed ``opening``, or None: it must start with other tokens, reach the opening within
-    :data:`MAX_IN_FRONT` of them (:func:`in_front`), then read the whole opening as the stream
-    does. One decoder pass when it starts where the stream starts (nearly always), a few more
-    otherwise."""
+def same_word(tok: Tokenizer, a: int, b: int) -> bool:
+    """Whether tokens ``a`` and ``b`` hold the same letters, whatever their case and the space
+    or punctuation around them (" not" and "not")."""
+    def key(t: int) -> str:
+        return "".join(c for c in tok.decode([t]).lower() if c.isalnum())
+    return a != b and bool(key(a)) and key(a) == key(b)
+
+
+def joins(opening: list[int], starts_word: Callable[[int], bool]) -> list[int]:
+    """Where a reading may join a stream's ``opening``: its start and the starts of its second
+    and third words (a reading replaces a word or two at most, never a sentence)."""
+    starts = [k for k, t in enumerate(opening) if k == 0 or starts_word(t)]
+    return starts[:MAX_REPLACED + 1]
+
+
+def read_opening(net: Whisper, tok: Tokenizer, cross: list[KV], prompt: list[int], rules: LogitRules,
+                 starts_word: Callable[[int], bool], opening: list[int]) -> Steps[Opening | None]:
+    """How a decoder over ``cross`` (the window read as offline reads it) opens where the
+    stream's committed ``opening`` does, or None when it opens the same way or does not join it.
+
+    It joins the opening at one of :func:`joins` (after at most :data:`MAX_IN_FRONT` tokens of its
+    own) and then reads every word of the rest of it as the stream does (punctuation may
+    differ). Its own tokens before the join must be words read no later than the join
+    (:func:`in_front`); they stand in place of the stream's tokens before the join: words in
+    front ("für den Ausfall" → "Die Ursache für den Ausfall"), a first word heard otherwise
+    ("S not" → "Ask not"), or none ("Stay with what I know" → "What I know"). One decoder pass
+    when it opens as the stream does (nearly always), a few more otherwise."""
     dec = net.decoder
+    at = joins(opening, starts_word)
+    reach = next((k for k in range(at[-1] + 1, len(opening)) if starts_word(opening[k])), len(opening))
     cache = DecoderCache(cross, [None] * len(dec.blocks))
     hidden, cache, qk, approx = yield DecodeTokens([*prompt, *opening], cache, skip=len(prompt) - 1)
     seq = list(prompt)
     found = Opening()
     while True:
         token, prob, frame, attn = _pick(dec, rules, hidden, approx, qk, 0, seq)
-        if token == opening[0]:
+        k = next((k for k in at if opening[k] == token), None)
+        if k is not None:
+            break
+        k = next((k for k in range(1, reach) if same_word(tok, token, opening[k])), None)
+        if k is not None:  # joined inside one of the stream's words: "S-not" read " Ask", " not"
+            found.add(token, frame, prob, attn)
+            k += 1
             break
         if token >= tok.eot or len(found.tokens) == MAX_IN_FRONT:
             return None  # the opening is not reached
-        found.tokens.append(token)
-        found.frames.append(frame)
-        found.probs.append(prob)
-        found.attention.append(attn)
+        found.add(token, frame, prob, attn)
         seq.append(token)
         cache = cache.rewind(len(seq) - 1, keep=True)
         hidden, cache, qk, approx = yield DecodeTokens([token, *opening], cache)
-    if not found.tokens or not in_front(found.tokens, found.frames, frame, tok.decode(found.tokens), starts_word):
+    if k == 0 and not found.tokens:
+        return None  # it opens as the stream does
+    if found.tokens and not in_front(found.tokens, found.frames, frame, tok.decode(found.tokens), starts_word):
         return None
-    for i in range(1, len(opening)):  # the rest of the opening, read as the stream reads it
-        if _pick(dec, rules, hidden, approx, qk, i, seq + opening[:i])[0] != opening[i]:
+    found.replaced = k
+    rest = opening[k:]
+    if k:  # read on from the join, after its own tokens
+        seq = [*prompt, *found.tokens]
+        cache = cache.rewind(len(seq) - 1, keep=True)
+        hidden, cache, qk, approx = yield DecodeTokens([seq[-1], *rest], cache)
+    for i in range(1, len(rest)):  # every word of the rest of the opening, read as the stream reads it
+        if has_letters(tok.decode(rest[i:i + 1])) and _pick(dec, rules, hidden, approx, qk, i,
+                                                            seq + rest[:i])[0] != rest[i]:
             return None
     return found
 
 
-
 def read_both_ways(net: Whisper, win: WindowState, cross: CrossBuffer, n_real: int, running_max: float,
-                   silence: int, final: bool, read: Callable[[list[KV]], Steps[_T]]) -> Steps[_T | None]:
+                   silence: int, final: bool, read: Callable[[list[KV]], Steps[_T]],
+                   offline: bool = False) -> Steps[_T | None]:
     """``read`` (a decoder's reading over cross-attention keys and values) over the window's
     audio so far encoded again with every frame attending to every other, as offline Whisper
     encodes it (with ``silence`` frames of its continuation after it, as each step has them), or
-    None when that encoding does not cover the step's ``n_real`` frames. The cross-attention
-    positions it writes are put back afterwards."""
-    enc = yield from encode_steps(net, EncoderState.empty(net), win.mel, None, final=final,
-                                  running_max=running_max, silence=silence)
-    if enc.frames != n_real:
-        return None
-    parts = [enc.outputs()] + ([enc.silence_out] if enc.silence_out is not None else [])  # every frame (0 on)
-    fresh = torch.cat(parts, dim=1)
+    None when that encoding does not cover the step's ``n_real`` frames. ``offline``: encoded
+    as offline Whisper encodes it instead, its frames attending to the silence padding a 30 s
+    window too (:func:`encode_padded`; the positions after the audio keep the step's silence
+    continuation). The cross-attention positions it writes are put back afterwards."""
+    if offline:
+        fresh = encode_padded(net, win.mel, running_max)
+    else:
+        enc = yield from encode_steps(net, EncoderState.empty(net), win.mel, None, final=final,
+                                      running_max=running_max, silence=silence)
+        if enc.frames != n_real:
+            return None
+        parts = [enc.outputs()] + ([enc.silence_out] if enc.silence_out is not None else [])  # every frame (0 on)
+        fresh = torch.cat(parts, dim=1)
     saved = cross.save(0, max(fresh.shape[1], cross.real))
     try:
         cross.write(0, (yield CrossKV(fresh)))
@@ -149,14 +200,13 @@ def find_opening(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowSta
     it calls invented (over audio the VAD ``vad`` calls non-speech, or a phrase Whisper
     invents) are not taken."""
     found = yield from read_both_ways(net, win, cross, n_real, running_max, silence, final,
-                                      lambda kv: read_in_front(net, tok, kv, prompt, rules, starts_word,
-                                                               tokens[:n_commit]))
-    if found is None or not cfg.hallucination_guard or vad is None:
+                                      lambda kv: read_opening(net, tok, kv, prompt, rules, starts_word,
+                                                              tokens[:n_commit]), offline=True)
+    if found is None or not found.tokens or not cfg.hallucination_guard or vad is None:
         return found
-    joined = found.tokens + tokens[:n_commit]
-    words, ends = step_words(tok, joined, len(joined), found.probs + probs[:n_commit],
-                             torch.cat([torch.stack(found.attention, dim=1), qk[:, :n_commit]], dim=1), n_real, win,
-                             None, 0.0)
+    joined, _, joined_probs, joined_qk, n_joined = found.prepend(tokens, [], probs, qk, n_commit)
+    words, ends = step_words(tok, joined[:n_joined], n_joined, joined_probs[:n_joined], joined_qk[:, :n_joined],
+                             n_real, win, None, 0.0)
     ahead = [w for w, end in zip(words, ends) if end <= len(found.tokens)]
     if not ahead or opening_hallucinated(ahead, vad, cfg.gate_threshold):
         return None
