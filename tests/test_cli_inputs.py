@@ -72,7 +72,10 @@ def test_ctrl_c_in_transcribe_writes_what_was_decoded_and_says_where(longform_it
             assert line, proc.stderr.read().decode()
             lines.append(line)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        # the rest through the same reader: readline may have read lines ahead into its buffer,
+        # which communicate(), reading the pipe itself, would not see
+        out, err = proc.stdout.read(), proc.stderr.read()
+        proc.wait(timeout=120)
     finally:
         watchdog.cancel()
         proc.kill()

@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from susurrus.writers import WRITERS, format_timestamp, write_result
@@ -62,15 +66,16 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
         bar = tqdm(total=round(info.duration, 2), unit="s", desc=Path(path).name, file=sys.stderr,
                    disable=args.quiet or not sys.stderr.isatty() and not args.progress,
                    bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s audio [{elapsed}<{remaining}]")
-        shown = 0  # segments printed: a Ctrl+C between a segment's arrival and its line still prints it
         try:
-            for segment in segments:
-                collected.append(segment)
-                bar.update(round(min(segment.end, info.duration) - bar.n, 2))
-                shown = _print_from(collected, shown) if not args.quiet and not diarize else shown
+            for segment in segments:  # Ctrl+C stops the decoding; a segment is kept and printed whole
+                with _held_interrupt():
+                    collected.append(segment)
+                    bar.update(round(min(segment.end, info.duration) - bar.n, 2))
+                    if not args.quiet and not diarize:
+                        tqdm.write(f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] "
+                                   f"{segment.text.strip()}", file=sys.stdout)
         except KeyboardInterrupt:  # Ctrl+C: what was decoded is written, and where it stops said
             interrupted = True
-            shown = _print_from(collected, shown) if not args.quiet and not diarize else shown
         else:
             bar.update(round(info.duration - bar.n, 2))
         bar.close()
@@ -98,12 +103,18 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     return status
 
 
-def _print_from(segments: list, shown: int) -> int:
-    """Print ``segments[shown:]`` as ``[start --> end] text`` lines; return how many are printed."""
-    from tqdm import tqdm
-
-    for segment in segments[shown:]:
-        tqdm.write(f"[{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}] "
-                   f"{segment.text.strip()}", file=sys.stdout)
-        shown += 1
-    return shown
+@contextlib.contextmanager
+def _held_interrupt() -> Iterator[None]:
+    """Hold a Ctrl+C that comes inside the block until its end, so that a segment is kept and
+    its line printed together (the files then hold exactly the segments printed)."""
+    if threading.current_thread() is not threading.main_thread():  # (signals are the main thread's)
+        yield
+        return
+    held: list[object] = []
+    previous = signal.signal(signal.SIGINT, lambda *_: held.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
