@@ -13,7 +13,11 @@ from susurrus.evaluation.data import read_manifest
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("SUSURRUS_DATA", REPO.parent / "shared" / "data"))
 
-torch.set_num_threads(int(os.environ.get("SUSURRUS_TEST_THREADS", "2")))
+# torch threads per test process: the cores shared out among pytest-xdist's workers (one each on
+# 2 cores). More threads than free cores is not just no faster: torch's OpenMP threads wait for
+# each other at every operation, and a test ran 15 times slower beside one busy process at 2.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(int(os.environ.get("SUSURRUS_TEST_THREADS", max(1, (os.cpu_count() or 1) // _WORKERS))))
 
 
 def need_data(sub: str) -> Path:

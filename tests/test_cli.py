@@ -26,6 +26,12 @@ SHORT = "ljspeech_LJ001-0008"  # 1.8 s: "has never been surpassed."
 JFK = "jfk_inaugural"  # 11 s, ends "... ask what you can do for your country."
 
 
+def default_sigint() -> None:
+    """In the child: Ctrl+C's default action back. pytest-xdist's workers ignore SIGINT, and a
+    signal ignored stays ignored in the processes they start (Python then installs no handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _fails(capsys, argv: list[str]) -> str:
     """``susurrus ARGV`` exits 2 with one line on stderr (no traceback); returns that line."""
     try:
@@ -151,7 +157,7 @@ def test_ctrl_c_ends_a_live_stream_and_writes_what_was_heard(dev_item, tmp_path)
     pcm = (decode_audio(dev_item(JFK).audio) * 32767).astype("<i2").tobytes()
     proc = subprocess.Popen([sys.executable, "-m", "susurrus", "stream", "-", "-f", "txt", "-o", str(tmp_path)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=default_sigint)
     watchdog = threading.Timer(300, proc.kill)  # a hang fails the test instead of blocking the run
     watchdog.start()
     try:

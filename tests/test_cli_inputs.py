@@ -23,6 +23,12 @@ OTHER = "ljspeech_LJ001-0002"  # 1.9 s: "in being comparatively modern."
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
 
 
+def default_sigint() -> None:
+    """In the child: Ctrl+C's default action back. pytest-xdist's workers ignore SIGINT, and a
+    signal ignored stays ignored in the processes they start (Python then installs no handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_output_names_tell_same_named_inputs_apart(tmp_path):
     for d in ("d1", "d2", "x/d1"):
         (tmp_path / d).mkdir(parents=True)
@@ -62,7 +68,8 @@ def test_ctrl_c_in_transcribe_writes_what_was_decoded_and_says_where(longform_it
     item = next(i for i in longform_items if i.duration_s > 300)
     proc = subprocess.Popen([sys.executable, "-m", "susurrus", "transcribe", str(item.audio), "-f", "srt",
                              "-o", str(tmp_path), "--beam-size", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
+                            preexec_fn=default_sigint)
     watchdog = threading.Timer(300, proc.kill)
     watchdog.start()
     try:
