@@ -21,33 +21,37 @@ SR = 16000
 
 def test_a_copy_read_over_audio_of_its_own_is_the_speaker_s():
     speech = np.ones(200, dtype=bool)
-    assert saying_read([40], [85], 1, 0, 200, speech)  # read 45 frames (0.9 s) past the copy before
-    assert not saying_read([85], [85], 1, 0, 200, speech)  # where the copy before was read: a loop
-    assert not saying_read([80], [83], 1, 0, 200, speech)  # creeping: under 0.1 s of new audio for a word
-    assert not saying_read([40], [210], 1, 0, 200, speech)  # read in the silence past the real audio
-    assert not saying_read([40], [120, 205], 2, 0, 200, speech)  # ... any token of it
-    assert not saying_read([40, 60], [30, 90], 2, 0, 200, speech)  # it goes back before the copy before
-    # two words: a copy read at the copy before's frames but for its last token is not 0.1 s a word on
-    assert not saying_read([40, 60], [60, 65], 2, 0, 200, speech)
-    assert saying_read([40, 60], [60, 90], 2, 0, 200, speech)  # (its first token at the onset: allowed)
+    one, two = [True], [True, True]  # (which tokens start words)
+    assert saying_read([40], [85], one, 0, 200, speech)  # read 45 frames (0.9 s) past the copy before
+    assert not saying_read([85], [85], one, 0, 200, speech)  # where the copy before was read: a loop
+    assert not saying_read([80], [83], one, 0, 200, speech)  # creeping: under 0.1 s of new audio for a word
+    assert not saying_read([40], [210], one, 0, 200, speech)  # read in the silence past the real audio
+    assert not saying_read([40, 60], [120, 205], two, 0, 200, speech)  # ... any token of it
+    assert not saying_read([40, 60], [30, 90], two, 0, 200, speech)  # a word went back before its copy's
+    assert not saying_read([40, 60], [45, 62], two, 0, 200, speech)  # 0.07 s on a word: not a copy's length
+    assert saying_read([40, 60], [60, 90], two, 0, 200, speech)
+    # "Lord, Lord, Lord, Lord," (LJSpeech, said four times): the comma is read where the next copy
+    # begins; the fourth copy's comma at the frame of the third's: its word moved on, it is heard
+    assert saying_read([74, 102], [104, 102], [True, False], 0, 125, speech)
+    assert not saying_read([74, 102], [75, 102], [True, False], 0, 125, speech)  # its word did not
     # the copy before committed at an earlier step: read past the committed words' end
-    assert saying_read(None, [120], 1, 100, 200, speech)
-    assert not saying_read(None, [60], 1, 100, 200, speech)  # reading committed audio again
-    assert not saying_read(None, [100], 1, 100, 200, speech)  # at the end of it: nothing new read
+    assert saying_read(None, [120], one, 100, 200, speech)
+    assert not saying_read(None, [60], one, 100, 200, speech)  # reading committed audio again
+    assert not saying_read(None, [100], one, 100, 200, speech)  # at the end of it: nothing new read
     silent = np.zeros(200, dtype=bool)
-    assert not saying_read([40], [85], 1, 0, 200, silent)  # attention moving forward over no speech
+    assert not saying_read([40], [85], one, 0, 200, silent)  # attention moving forward over no speech
     # a loop creeping forward over a pause (speech up to frame 60, then none): cut; the same copy
     # read where speech returns: kept
     pause = np.zeros(200, dtype=bool)
     pause[:60] = pause[150:] = True
-    assert not saying_read([50], [100], 1, 0, 200, pause)
-    assert saying_read([50], [150], 1, 0, 200, pause)
+    assert not saying_read([50], [100], one, 0, 200, pause)
+    assert saying_read([50], [150], one, 0, 200, pause)
     # a 4-word copy needs 0.1 s of speech a word where it reads: 0.1 s in all is a loop
     short = np.zeros(200, dtype=bool)
     short[100:105] = True
-    assert not saying_read([10, 20, 30, 40], [60, 80, 100, 110], 4, 0, 200, short)
+    assert not saying_read([10, 20, 30, 40], [60, 80, 100, 110], [True] * 4, 0, 200, short)
     short[70:120] = True
-    assert saying_read([10, 20, 30, 40], [60, 80, 100, 110], 4, 0, 200, short)
+    assert saying_read([10, 20, 30, 40], [60, 80, 100, 110], [True] * 4, 0, 200, short)
 
 
 def test_the_copies_frames_this_step_read():

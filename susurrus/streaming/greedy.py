@@ -144,7 +144,7 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
                 speech = speech_mask(win.mel, n_real)
             phrase = (seq + [nxt])[-n_rep:]
             if not (aligned and saying_read(*copy_frames([*frames, frame], len(tokens) + 1, n_rep),
-                                            max(1, sum(map(starts_word, phrase))), win.committed_end_frame,
+                                            [starts_word(t) for t in phrase], win.committed_end_frame,
                                             n_real, speech)):
                 looped = True
                 break  # the audio does not hold it: a decoding loop (repeats.py)

@@ -55,33 +55,38 @@ def copy_frames(frames: list[int], n_decoded: int, n: int) -> tuple[list[int] | 
     return before, last
 
 
-def saying_read(before: list[int] | None, last: list[int], words: int, committed_end: int, n_real: int,
+def saying_read(before: list[int] | None, last: list[int], starts: list[bool], committed_end: int, n_real: int,
                 speech: np.ndarray) -> bool:
     """Whether the last copy of a phrase said a third time in a row (or more) was read from
     audio of its own: the speaker's repeat, not a decoding loop.
 
     ``before``: the frames the copy before it was read at (None: committed at an earlier step,
     or the window's prompt; then the committed words' end, ``committed_end``, stands for it);
-    ``last``: the frames of the last copy's tokens this step read; ``words``: how many words the
-    phrase holds (at least 1); ``speech``: :func:`guards.speech_mask` (per frame, whether it is
-    louder than the window's noise floor). Read when
+    ``last``: the frames of the last copy's tokens this step read; ``starts``: per token of the
+    phrase, whether it starts a word (its words: at least 1); ``speech``:
+    :func:`guards.speech_mask` (per frame, whether it is louder than the window's noise floor).
+    Read when
 
     * every token of it read the real audio (before ``n_real``): not the silence after it;
-    * it does not go back: it opens no earlier than the copy before opened (that one committed:
-      no earlier than the committed words' end, less ``REPEAT_SLACK_FRAMES``);
-    * it advances: its furthest frame lies at least ``REPEAT_WORD_FRAMES`` per word past the copy
-      before's furthest (that one committed: past the committed end);
+    * it moves on from the copy before, word by word: each of its words (its first token; a
+      word's later tokens and punctuation complete what its first began and are often read at
+      the boundary with the next copy) is read no earlier than the same word of the copy before,
+      and on average ``REPEAT_WORD_FRAMES`` per word of the phrase later (a copy is at least that
+      long); the copy before committed: it reads past the committed words' end;
     * the audio it claims (from past the copy before to ``REPEAT_WORD_FRAMES`` after its furthest
       frame, where its last word sounds) holds speech, ``REPEAT_WORD_FRAMES`` frames per word."""
     if not last or max(last) >= n_real:
         return False
+    words = max(1, sum(starts))
     far = max(last)
-    if before:
-        if min(last) < min(before):
-            return False  # it went back before the copy before: reading that audio again
-        near = max(before)
-        if far < near + REPEAT_WORD_FRAMES * words:
+    if before and len(before) == len(last):
+        at = [k for k, s in enumerate(starts) if s] or list(range(len(last)))
+        shifts = [last[k] - before[k] for k in at]
+        if min(shifts) < -REPEAT_SLACK_FRAMES:
+            return False  # a word of it went back before the same word of the copy before: read again
+        if sum(shifts) < REPEAT_WORD_FRAMES * words * len(shifts):
             return False  # resting where the copy before was read, or creeping: no new audio
+        near = max(before)
     else:
         near = committed_end - 1
         if min(last) < committed_end - REPEAT_SLACK_FRAMES or far <= committed_end:
