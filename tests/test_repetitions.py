@@ -26,7 +26,11 @@ def test_a_copy_read_over_audio_of_its_own_is_the_speaker_s():
     assert not saying_read([85], [85], one, 0, 200, speech)  # where the copy before was read: a loop
     assert not saying_read([80], [83], one, 0, 200, speech)  # creeping: under 0.1 s of new audio for a word
     assert not saying_read([40], [210], one, 0, 200, speech)  # read in the silence past the real audio
-    assert not saying_read([40, 60], [120, 205], two, 0, 200, speech)  # ... any token of it
+    assert not saying_read([40, 60], [120, 205], two, 0, 200, speech)  # ... any word of it
+    # a word's later token glancing past the audio ("tocke," said five times: its "ke" at frame
+    # 1485, in the padding): where the word is read is where its first token is
+    assert saying_read([40, 60], [85, 1485], [True, False], 0, 200, speech)
+    assert saying_read([40, 1485], [85, 120], [True, False], 0, 200, speech)  # (in the copy before too)
     assert not saying_read([40, 60], [30, 90], two, 0, 200, speech)  # a word went back before its copy's
     assert not saying_read([40, 60], [45, 62], two, 0, 200, speech)  # 0.07 s on a word: not a copy's length
     assert saying_read([40, 60], [60, 90], two, 0, 200, speech)

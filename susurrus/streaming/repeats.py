@@ -67,7 +67,8 @@ def saying_read(before: list[int] | None, last: list[int], starts: list[bool], c
     :func:`guards.speech_mask` (per frame, whether it is louder than the window's noise floor).
     Read when
 
-    * every token of it read the real audio (before ``n_real``): not the silence after it;
+    * each of its words was read in the real audio (before ``n_real``; its first token: a
+      word's later tokens can glance past it), not in the silence after it;
     * it moves on from the copy before, word by word: each of its words (its first token; a
       word's later tokens and punctuation complete what its first began and are often read at
       the boundary with the next copy) is read no earlier than the same word of the copy before,
@@ -75,23 +76,27 @@ def saying_read(before: list[int] | None, last: list[int], starts: list[bool], c
       long); the copy before committed: it reads past the committed words' end;
     * the audio it claims (from past the copy before to ``REPEAT_WORD_FRAMES`` after its furthest
       frame, where its last word sounds) holds speech, ``REPEAT_WORD_FRAMES`` frames per word."""
-    if not last or max(last) >= n_real:
+    if not last:
         return False
+    starts_last = starts[len(starts) - len(last):]  # (``last`` may be the copy's end only)
+    placed = [k for k, s in enumerate(starts_last) if s] or list(range(len(last)))  # its words' first tokens
+    if any(last[k] >= n_real for k in placed):
+        return False  # a word of it read in the silence after the audio
     words = max(1, sum(starts))
-    far = max(last)
+    inside = [f for f in last if f < n_real]  # (a word's later token can glance past the audio)
+    far = max(inside)
     if before and len(before) == len(last):
-        at = [k for k, s in enumerate(starts) if s] or list(range(len(last)))
-        shifts = [last[k] - before[k] for k in at]
-        if min(shifts) < -REPEAT_SLACK_FRAMES:
+        shifts = [last[k] - before[k] for k in placed if before[k] < n_real]
+        if shifts and min(shifts) < -REPEAT_SLACK_FRAMES:
             return False  # a word of it went back before the same word of the copy before: read again
-        if sum(shifts) < REPEAT_WORD_FRAMES * words * len(shifts):
+        if not shifts or sum(shifts) < REPEAT_WORD_FRAMES * words * len(shifts):
             return False  # resting where the copy before was read, or creeping: no new audio
-        near = max(before)
+        near = max(f for f in before if f < n_real)
     else:
         near = committed_end - 1
-        if min(last) < committed_end - REPEAT_SLACK_FRAMES or far <= committed_end:
+        if min(inside) < committed_end - REPEAT_SLACK_FRAMES or far <= committed_end:
             return False  # reading committed audio again
-    claimed = speech[max(near + 1, min(last)):far + REPEAT_WORD_FRAMES]
+    claimed = speech[max(near + 1, min(inside)):far + REPEAT_WORD_FRAMES]
     return int(claimed.sum()) >= REPEAT_WORD_FRAMES * words
 
 
