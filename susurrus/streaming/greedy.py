@@ -1,7 +1,8 @@
 """One step's decode: the forced prefix (prompt + committed tokens) over a kept decoder cache,
 the previous hypothesis verified in one batched pass, then greedy decoding that stops where its
-tokens stop being worth committing (read at the audio edge or in the silence after it, a loop,
-the decoder starting over) and refuses end-of-text while speech remains (``guards.py``)."""
+tokens stop being worth committing (read at the audio edge or in the silence after it, a loop:
+a phrase a third time in a row the audio does not hold, ``repeats.py``; the decoder starting
+over) and refuses end-of-text while speech remains (``guards.py``)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ from susurrus.streaming.calls import DecodeTokens, Steps
 from susurrus.streaming.config import FRAME_S, StreamConfig
 from susurrus.streaming.guards import (
     eot_too_early,
-    repeats_third_time,
     says_again,
     speech_mask,
     starts_over,
     stuck_from,
+    thrice_at_end,
 )
+from susurrus.streaming.repeats import copy_frames, saying_read
 from susurrus.streaming.state import WindowState
 
 
@@ -136,9 +138,16 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
             break  # too close to the edge to be stable: not worth a decoder pass yet
         elif final and frame >= n_real + 10 and starts_word(nxt):
             break  # at the end too, a new word read in the silence after the audio is invented
-        if repeats_third_time(seq + [nxt]):
-            looped = True
-            break  # a phrase about to be said a third time in a row: a decoding loop
+        n_rep = thrice_at_end(seq + [nxt])
+        if n_rep:  # a phrase about to be said a third time in a row: the speaker's, or a decoding loop
+            if speech is None:
+                speech = speech_mask(win.mel, n_real)
+            phrase = (seq + [nxt])[-n_rep:]
+            if not (aligned and saying_read(*copy_frames([*frames, frame], len(tokens) + 1, n_rep),
+                                            [starts_word(t) for t in phrase], win.committed_end_frame,
+                                            n_real, speech)):
+                looped = True
+                break  # the audio does not hold it: a decoding loop (repeats.py)
         if aligned and starts_word(nxt):
             read_at = [frames[k] for k in word_at]  # where this step's words were read: their first tokens
             word_at.append(len(tokens))

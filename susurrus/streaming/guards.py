@@ -103,13 +103,22 @@ def word_key(word: str) -> str:
 
 LOOP_WORDS = 64  # the longest phrase the committed-words loop check looks for (a long sentence)
 
+# whether a saying of a repeated phrase was the speaker's, given the indices of the words of the
+# saying before it and of its own (``repeats.said_again``)
+Heard = Callable[[list[int], list[int]], bool]
 
-def loop_span(before: list[str], new: list[str], longest: int = LOOP_WORDS) -> tuple[int, int] | None:
+
+def loop_span(before: list[str], new: list[str], longest: int = LOOP_WORDS,
+              heard: Heard | None = None) -> tuple[int, int] | None:
     """Where the words ``new`` first complete some 1..``longest``-word phrase said three times
     in a row (words compared without case and punctuation), at any point inside ``new``, not
     only at its end: ``(start, end)``, the third saying's words within ``new`` (``new[start:end]``;
-    ``start`` 0 when it began in ``before``), or None."""
-    keys = [k for k in map(word_key, before) if k]
+    ``start`` 0 when it began in ``before``), or None. ``heard(prev, last)``: whether a saying
+    was the speaker's (given the indices, into ``before + new``, of the words of the saying
+    before it and of its own; ``repeats.said_again``): one heard is not a loop, and the search
+    goes on past it."""
+    index = [i for i, w in enumerate(before) if word_key(w)]
+    keys = [word_key(before[i]) for i in index]
     keyed: list[int] = []  # the indices in ``new`` of its words that have a key
     for i, w in enumerate(new):
         key = word_key(w)
@@ -117,8 +126,9 @@ def loop_span(before: list[str], new: list[str], longest: int = LOOP_WORDS) -> t
             continue
         keys.append(key)
         keyed.append(i)
+        index.append(len(before) + i)
         n = thrice_at_end(keys, longest)
-        if n:
+        if n and not (heard is not None and heard(index[-2 * n:-n], index[-n:])):
             return (keyed[-n] if len(keyed) >= n else 0), i + 1
     return None
 
@@ -129,18 +139,20 @@ def repeats_thrice(before: list[str], new: list[str], longest: int = LOOP_WORDS)
     return loop_span(before, new, longest) is not None
 
 
-def repeated_tail(words: list[str], limit: int, shortest: int = 3) -> int:
+def repeated_tail(words: list[str], limit: int, shortest: int = 3, heard: Heard | None = None) -> int:
     """How many of the last ``limit`` words repeat, at once, the phrase of 3+ words before them
     ("in being comparatively modern, in being comparatively modern"), however many times it was
     said again ("Ich bin ein Schokobombong." twice more, base, over 2.6 s of audio that holds it
-    once): 0 if none."""
+    once): 0 if none. ``heard(prev, last)`` (indices into ``words``): a saying the speaker said
+    again (:func:`loop_span`) ends the count."""
     norm = [word_key(w) for w in words]
     dropped = 0
     while True:
         rest = norm[:len(norm) - dropped]
         n = next((n for n in range(min(limit - dropped, len(rest) // 2), shortest - 1, -1)
                   if rest[-n:] == rest[-2 * n:-n]), 0)
-        if not n:
+        end = len(rest)
+        if not n or (heard is not None and heard(list(range(end - 2 * n, end - n)), list(range(end - n, end)))):
             return dropped
         dropped += n
 

@@ -78,6 +78,7 @@ from susurrus.streaming.guards import LOOP_WORDS, loop_span, reads_past_audio, r
 from susurrus.streaming.hallucination import heard, opening_hallucinated
 from susurrus.streaming.opening import find_opening
 from susurrus.streaming.overdue import overdue_count
+from susurrus.streaming.repeats import committed_reads, said_again
 from susurrus.streaming.state import CrossBuffer, StreamState, WindowState, silence_cross_kv, state_attribute
 from susurrus.streaming.vad import FRAME_SAMPLES, SileroVad, finish_turn, load_vad, push_vad_steps
 from susurrus.streaming.windowing import WindowDecoding
@@ -397,19 +398,26 @@ class StreamSession(WindowDecoding, VoiceActivity):
                                      self.words[-1].end if self.words else None, round(self.audio_time, 3))
             if words:
                 win.committed_end_frame = end_frame(words[-1], win)
+            reads = [read_span(frames[a:b], n_real, win) for a, b in zip([0, *ends], ends)]  # where each was read
+            recent = self.words[-3 * LOOP_WORDS:]
+            evidence = committed_reads(recent, reads)  # a repeat is kept where the audio holds it (repeats.py)
+            said = lambda a, b: said_again(evidence, a, b, guard_vad, cfg.gate_threshold)  # noqa: E731
             if final and words:  # the window's last words: one read in the silence after speech is invented,
-                # and a phrase of 3+ words said again at once is the decoder reading its audio twice
-                reads = [read_span(frames[a:b], n_real, win) for a, b in zip([0, *ends], ends)]
+                # and a phrase of 3+ words said again at once, not over audio of its own, is the decoder
+                # reading its audio twice
                 n_heard = (heard(words, guard_vad, cfg.gate_threshold, reads, self.words[-1].end if self.words else 0.0)
                            if cfg.hallucination_guard and guard_vad is not None else len(words))
-                keep = min(n_heard, len(words) - repeated_tail([w.word for w in self.words[-8:] + words], len(words)))
+                tail = len(recent) - min(8, len(recent))  # (the last 8 committed words and these)
+                keep = min(n_heard, len(words) - repeated_tail(
+                    [w.word for w in recent[tail:] + words], len(words),
+                    heard=lambda a, b: said([i + tail for i in a], [i + tail for i in b])))
                 if keep < len(words):
                     self.dropped.extend(words[keep:])
                     n_commit = ends[keep - 1] if keep else 0
                     words = words[:keep]
             alone = not win.committed  # the window's first words: where invented phrases appear
-            span = loop_span([w.word for w in self.words[-3 * LOOP_WORDS:]], [w.word for w in words]) if words else None
-            if span is not None:  # a phrase a third time in a row (a loop fed by the prompt): that saying
+            span = loop_span([w.word for w in recent], [w.word for w in words], heard=said) if words else None
+            if span is not None:  # a phrase a third time in a row the audio does not hold (a loop): that saying
                 # goes, the words before it stand, the window restarts after it without the prompt
                 win.committed_end_frame = end_frame(words[span[1] - 1], win)
                 self.dropped.extend(words[span[0]:span[1]])  # those after it are read again
