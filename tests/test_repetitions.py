@@ -114,8 +114,8 @@ def test_phrase_cut_at_the_gaps_around_it():
 @pytest.mark.slow
 def test_a_digit_string_said_three_times_keeps_its_three_sayings(tiny):
     """"two six four eight" (a Mandarin L1 child, hard/) said three times with half a second of
-    its own background between: offline greedy writes it three times; the stream, whose token
-    guard cut any phrase a third time in a row, wrote "2 6 4 8. 2 6 4 8. 2 6 4". (Offline greedy, at
+    its own background between: the stream, whose token guard cut any phrase a third time in a
+    row, wrote "2 6 4 8. 2 6 4 8. 2 6 4"; now it keeps all three. (Offline greedy, at
     this engine's version, ends its decode after the second copy: " 2 6 4 8 2 6 4 8" over 0.5-7.7 s
     of the 9.9 s; the audio holds three copies, by construction.)"""
     need_data("hard")

@@ -138,11 +138,12 @@ def decode_step(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowStat
             break  # too close to the edge to be stable: not worth a decoder pass yet
         elif final and frame >= n_real + 10 and starts_word(nxt):
             break  # at the end too, a new word read in the silence after the audio is invented
-        n_rep = thrice_at_end(seq + [nxt])
+        ahead = seq + [nxt]
+        n_rep = thrice_at_end(ahead)
         if n_rep:  # a phrase about to be said a third time in a row: the speaker's, or a decoding loop
             if speech is None:
                 speech = speech_mask(win.mel, n_real)
-            phrase = (seq + [nxt])[-n_rep:]
+            phrase = ahead[-n_rep:]
             if not (aligned and saying_read(*copy_frames([*frames, frame], len(tokens) + 1, n_rep),
                                             [starts_word(t) for t in phrase], win.committed_end_frame,
                                             n_real, speech)):

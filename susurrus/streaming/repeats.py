@@ -35,14 +35,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from susurrus.streaming.config import FRAME_S
 from susurrus.streaming.events import StreamWord
+from susurrus.streaming.hallucination import GuardConfig
 from susurrus.streaming.vad import VadState, speech_fraction
 
 REPEAT_WORD_FRAMES = 5  # 0.1 s per word (see above)
 REPEAT_SLACK_FRAMES = 2  # 40 ms
-REPEAT_WORD_S = REPEAT_WORD_FRAMES * 0.02
-# of the VAD frames within 300 ms of a copy: the hallucination guard's bar (min_speech_fraction)
-REPEAT_SPEECH = 0.2
+REPEAT_WORD_S = REPEAT_WORD_FRAMES * FRAME_S
+# of the VAD frames within 300 ms of a copy: the hallucination guard's bar for a span's speech
+REPEAT_SPEECH = GuardConfig().min_speech_fraction
 
 
 def copy_frames(frames: list[int], n_decoded: int, n: int) -> tuple[list[int] | None, list[int]]:
@@ -123,14 +125,13 @@ def said_again(reads: Reads, before: list[int], last: list[int], vad_state: VadS
         return False
     opens = [reads[i][0] for i in before if reads[i] is not None]
     a = spans[0][0]
-    if not opens or a < max(opens) - REPEAT_SLACK_FRAMES * 0.02 or a < opens[0] + REPEAT_WORD_S * len(last):
+    if not opens or a < max(opens) - REPEAT_SLACK_FRAMES * FRAME_S or a < opens[0] + REPEAT_WORD_S * len(last):
         return False
     if vad_state is None:
         return True
     b = max(a + REPEAT_WORD_S * len(last), max(s[1] for s in spans))
     fraction = speech_fraction(vad_state, a * 1000, b * 1000, threshold=threshold, pad_ms=300)
     return fraction is None or fraction >= REPEAT_SPEECH
-
 
 
 def committed_reads(earlier: list[StreamWord], step: Reads) -> Reads:

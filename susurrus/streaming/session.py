@@ -400,8 +400,9 @@ class StreamSession(WindowDecoding, VoiceActivity):
                 win.committed_end_frame = end_frame(words[-1], win)
             reads = [read_span(frames[a:b], n_real, win) for a, b in zip([0, *ends], ends)]  # where each was read
             recent = self.words[-3 * LOOP_WORDS:]
-            evidence = committed_reads(recent, reads)  # a repeat is kept where the audio holds it (repeats.py)
-            said = lambda a, b: said_again(evidence, a, b, guard_vad, cfg.gate_threshold)  # noqa: E731
+            # a repeat is kept where the audio holds it (repeats.py; asked only of a phrase said a third time)
+            said = lambda a, b: said_again(committed_reads(recent, reads), a, b, guard_vad,  # noqa: E731
+                                           cfg.gate_threshold)
             if final and words:  # the window's last words: one read in the silence after speech is invented,
                 # and a phrase of 3+ words said again at once, not over audio of its own, is the decoder
                 # reading its audio twice
