@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,12 @@ DATA = Path(os.environ.get("SUSURRUS_DATA", REPO.parent / "shared" / "data"))
 # each other at every operation, and a test ran 15 times slower beside one busy process at 2.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(int(os.environ.get("SUSURRUS_TEST_THREADS", max(1, (os.cpu_count() or 1) // _WORKERS))))
+
+
+def default_sigint() -> None:
+    """In the child: Ctrl+C's default action back. pytest-xdist's workers ignore SIGINT, and a
+    signal ignored stays ignored in the processes they start (Python then installs no handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def need_data(sub: str) -> Path:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from conftest import default_sigint
 
 from susurrus.audio.io import decode_audio
 from susurrus.cli.main import main
@@ -24,12 +25,6 @@ from susurrus.evaluation.metrics import normalize
 
 SHORT = "ljspeech_LJ001-0008"  # 1.8 s: "has never been surpassed."
 JFK = "jfk_inaugural"  # 11 s, ends "... ask what you can do for your country."
-
-
-def default_sigint() -> None:
-    """In the child: Ctrl+C's default action back. pytest-xdist's workers ignore SIGINT, and a
-    signal ignored stays ignored in the processes they start (Python then installs no handler)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _fails(capsys, argv: list[str]) -> str:

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import default_sigint
 
 from susurrus.cli.main import main
 from susurrus.cli.outputs import output_names
@@ -21,12 +22,6 @@ from susurrus.cli.outputs import output_names
 SHORT = "ljspeech_LJ001-0008"  # 1.8 s: "has never been surpassed."
 OTHER = "ljspeech_LJ001-0002"  # 1.9 s: "in being comparatively modern."
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-
-
-def default_sigint() -> None:
-    """In the child: Ctrl+C's default action back. pytest-xdist's workers ignore SIGINT, and a
-    signal ignored stays ignored in the processes they start (Python then installs no handler)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_output_names_tell_same_named_inputs_apart(tmp_path):
