@@ -18,7 +18,14 @@ DATA = Path(os.environ.get("SUSURRUS_DATA", REPO.parent / "shared" / "data"))
 # 2 cores). More threads than free cores is not just no faster: torch's OpenMP threads wait for
 # each other at every operation, and a test ran 15 times slower beside one busy process at 2.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-torch.set_num_threads(int(os.environ.get("SUSURRUS_TEST_THREADS", max(1, (os.cpu_count() or 1) // _WORKERS))))
+_THREADS = int(os.environ.get("SUSURRUS_TEST_THREADS", max(1, (os.cpu_count() or 1) // _WORKERS)))
+torch.set_num_threads(_THREADS)
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads():
+    """Every test starts at the worker's share, whatever a module or an earlier test set."""
+    torch.set_num_threads(_THREADS)
 
 
 def default_sigint() -> None:

@@ -26,8 +26,6 @@ from susurrus.model.loading import (
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import ModelDims, Whisper, sinusoids
 
-torch.set_num_threads(2)
-
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 UTTERANCE = SHARED_DATA / "dev" / "audio" / "ljspeech_LJ001-0002.wav"
 UTTERANCE_TEXT = " in being comparatively modern."
