@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import socket
@@ -88,14 +89,24 @@ def server_samples(pcm16: np.ndarray, rate: int) -> np.ndarray:
     return np.concatenate([r.process(x), r.flush()])
 
 
+_STREAMED: dict[tuple[int, str, str], tuple] = {}  # (model, latency, samples' digest): (model, finished stream)
+
+
 def streamed(model, audio16k: np.ndarray, latency: str = "medium"):
     """The stream ``susurrus stream FILE --latency L`` runs on these samples, finished: the same
-    calls as the command (``model.stream(latency)``, blocks of ``chunk_ms``, ``finish``)."""
+    calls as the command (``model.stream(latency)``, blocks of ``chunk_ms``, ``finish``). A
+    reference, so computed once per model, samples and preset in a test process: a stream's
+    output depends only on its samples and settings (every comparison with a server's or a
+    command's transcript rests on that), and a cached one is only read."""
+    key = (id(model), latency, hashlib.sha1(np.ascontiguousarray(audio16k, dtype=np.float32).tobytes()).hexdigest())
+    if key in _STREAMED:
+        return _STREAMED[key][1]
     stream = model.stream(latency)
     block = stream.config.chunk_ms * 16
     for i in range(0, len(audio16k), block):
         stream.feed(audio16k[i:i + block])
     stream.finish()
+    _STREAMED[key] = (model, stream)  # the model kept alive: its id stays its own
     return stream
 
 
