@@ -1,11 +1,15 @@
 """Same audio, same output: a long stream with pauses gives the same committed words (text and
-times) and the same events whether it is fed in 10 ms, 100 ms, 1 s or random pieces.
+times), the same events and the same skipped audio whether it is fed in 10 ms, 1 s or random
+pieces.
 
 Every decision in a stream (steps, idling and flushes at pauses, re-anchoring, turn starts and
 ends and their flushes, the semantic-turn peek) must be a function of the audio fed so far,
 never of where ``feed`` calls begin and end. Short clips hide a dependence (tiny numeric
-differences take a while to change a decision), so the stream is a minute long, with pauses
-that idle the stream and end turns, and a short window so that it re-anchors too.
+differences take a while to change a decision), so the stream is 42 s long, with pauses that
+end turns and a silence that idles the stream, and a short window so that it re-anchors too.
+(At 42 s it still fails where it was written to: with the mel frames computed per feed call by
+a BLAS product again, three of the four cases, on a word's end at 3.2 s; with turns not cut at
+VAD frame ends, both turn cases, on words.)
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ from susurrus.streaming.session import Committed, TurnEnded
 from susurrus.streaming.vad import SpeechStopped, TurnConfig
 
 SR = 16000
-PATTERNS = ["10ms", "1s", "random"]  # each compared with 100 ms pieces
+# each compared with 1 s pieces (a feed spanning steps). 100 ms pieces are no longer a pattern
+# of their own: like 10 ms ones they are many feeds to a step, and the random pieces (from 1
+# sample to 2 s) cover every size between.
+PATTERNS = ["10ms", "random"]
 VARIANTS = {
-    # VAD gating: a flush and idling at each silence of 1 s or more, re-anchoring (10 s windows)
+    # VAD gating: a flush and idling at a silence of 1 s or more, re-anchoring (10 s windows)
     "vad": dict(max_window_s=10.0),
     # server_vad turns (a flush per turn) with semantic end-of-turn (the peek decodes at pauses)
     "turns": dict(max_window_s=10.0, turns=TurnConfig(), semantic_turns=True),
@@ -31,14 +38,14 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def long_stream(dev_item, hard_items) -> np.ndarray:
-    """61 s: ten read sentences with pauses between them (telephone band; ~35 s, re-anchored
-    several times), 2.5 s of silence, a second speaker, 1.5 s of silence, a third one."""
+    """42 s: ten read sentences with pauses between them (telephone band; 35.5 s, re-anchored
+    four times, eleven turns), 2.5 s of silence (the stream idles), a second speaker's first
+    4 s."""
     hard = {item.id: item for item in hard_items}
     if "osr_us_000_0034_8k" not in hard:
         pytest.skip("hard item osr_us_000_0034_8k not in the manifest")
     parts = [decode_audio(hard["osr_us_000_0034_8k"].audio), np.zeros(int(2.5 * SR), np.float32),
-             decode_audio(dev_item("jfk_inaugural").audio), np.zeros(int(1.5 * SR), np.float32),
-             decode_audio(dev_item("librispeech_test-clean_1089-134686-0000").audio)]
+             decode_audio(dev_item("jfk_inaugural").audio)[: 4 * SR]]
     return np.concatenate(parts)
 
 
@@ -49,11 +56,11 @@ def _cuts(n: int, pattern: str) -> list[int]:
         sizes = np.exp(rng.uniform(0, np.log(2 * SR), size=n // 1000)).astype(int)
         sizes = sizes[: np.searchsorted(np.cumsum(sizes), n) + 1]
         return list(sizes)
-    size = {"10ms": SR // 100, "100ms": SR // 10, "1s": SR}[pattern]
+    size = {"10ms": SR // 100, "1s": SR}[pattern]
     return [size] * -(-n // size)
 
 
-def _run(model, audio: np.ndarray, pattern: str, settings: dict) -> tuple[list, list]:
+def _run(model, audio: np.ndarray, pattern: str, settings: dict) -> tuple[list, list, list]:
     stream = model.stream(**settings)
     events, i = [], 0
     for k in _cuts(len(audio), pattern):
@@ -61,17 +68,18 @@ def _run(model, audio: np.ndarray, pattern: str, settings: dict) -> tuple[list, 
         i += k
     assert i >= len(audio)
     events.extend(stream.finish())
-    return [astuple(w) for w in stream.words], [(type(e).__name__, *astuple(e)) for e in events]
+    return ([astuple(w) for w in stream.words], [(type(e).__name__, *astuple(e)) for e in events],
+            list(stream.skipped))
 
 
 @pytest.fixture(scope="module")
 def reference(tiny, long_stream):
-    """Each variant fed in 100 ms pieces (computed once)."""
-    runs: dict[str, tuple[list, list]] = {}
+    """Each variant fed in 1 s pieces (computed once)."""
+    runs: dict[str, tuple[list, list, list]] = {}
 
-    def get(variant: str) -> tuple[list, list]:
+    def get(variant: str) -> tuple[list, list, list]:
         if variant not in runs:
-            runs[variant] = _run(tiny, long_stream, "100ms", VARIANTS[variant])
+            runs[variant] = _run(tiny, long_stream, "1s", VARIANTS[variant])
         return runs[variant]
     return get
 
@@ -80,16 +88,19 @@ def reference(tiny, long_stream):
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_piece_sizes_give_the_same_words_times_and_events(tiny, long_stream, reference, variant, pattern):
-    words, events = reference(variant)
-    assert len(words) > 100  # the stream was transcribed
+    words, events, skipped = reference(variant)
+    assert len(words) > 70  # the stream was transcribed
     kinds = {e[0] for e in events}
     assert "Committed" in kinds
+    if variant == "vad":
+        assert skipped  # the silence idled the stream
     if variant == "turns":
         assert sum(e[0] == SpeechStopped.__name__ for e in events) >= 5  # pauses ended turns
         assert sum(e[0] == TurnEnded.__name__ for e in events) >= 5
-    got_words, got_events = _run(tiny, long_stream, pattern, VARIANTS[variant])
+    got_words, got_events, got_skipped = _run(tiny, long_stream, pattern, VARIANTS[variant])
     assert [w[0] for w in got_words] == [w[0] for w in words]  # the committed text
     assert got_words == words  # ... and every word's start, end, emitted_at and probability
     committed = [e for e in events if e[0] == Committed.__name__]
     assert [e for e in got_events if e[0] == Committed.__name__] == committed
     assert got_events == events  # every event, interim texts and their audio times included
+    assert got_skipped == skipped  # the audio the gate skipped

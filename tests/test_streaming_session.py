@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,16 +67,16 @@ def test_feeding_in_any_piece_size_and_int16_gives_the_same_text(tiny, dev_item)
 
 @pytest.mark.slow
 def test_window_re_anchors_and_keeps_memory_flat(tiny, longform_items):
-    """50 s of a long-form stream with a 10 s window: the window is re-anchored several times,
+    """30 s of a long-form stream with a 10 s window: the window is re-anchored (three times),
     the decoder context stays bounded, and the text stays accurate."""
     item = longform_items[0]
-    audio = decode_audio(item.audio)[: 16000 * 50]
+    audio = decode_audio(item.audio)[: 16000 * 30]
     stream, snapshots, _ = _stream(tiny, audio, piece=16000, max_window_s=10.0)
     assert stream.window.start_frame > 0 and stream.window.mel.shape[1] <= 2 * 10 * 50 + 200
     assert len(stream.previous) <= 2 * stream.config.context_tokens
     for before, after in zip(snapshots, snapshots[1:]):
         assert after.startswith(before)
-    inside = [s for s in item.segments if s["end_s"] <= 50]
+    inside = [s for s in item.segments if s["end_s"] <= 30]
     refs = " ".join(s["text"] for s in inside)
     hyp = " ".join(w.word for w in stream.words if w.end <= inside[-1]["end_s"] + 0.5)
     assert corpus_error_rate([(refs, hyp)]) < 15
@@ -90,8 +91,9 @@ def test_window_re_anchors_and_keeps_memory_flat(tiny, longform_items):
 def test_a_full_window_rolls_over_with_its_last_committed_words_as_left_context(tiny, longform_items):
     """A window that fills up in the middle of speech starts the next one at its committed words
     of the last ``roll_context_s``: their audio and tokens (forced, not said again), so that the
-    words after them are not read as a window's opening, without left context."""
-    audio = decode_audio(longform_items[0].audio)[: 16000 * 40]
+    words after them are not read as a window's opening, without left context. (22 s of speech
+    in 8 s windows: three rolls.)"""
+    audio = decode_audio(longform_items[0].audio)[: 16000 * 22]
     rolls = []
 
     def run(context_s):
@@ -193,14 +195,34 @@ def test_step_phase_moves_the_step_grid_and_only_it(tiny, dev_item):
             StreamConfig(step_phase_ms=bad)
 
 
-@pytest.mark.slow
-def test_bench_reports_what_the_phase_alone_moves(tiny, dev_items):
+@pytest.fixture(scope="module")
+def bench_items(dev_item):
+    """Two short English items (1.9 s and 1.8 s): what is tested is how the bench builds its
+    tables, the same for any items."""
+    return [dev_item("ljspeech_LJ001-0002"), dev_item("ljspeech_LJ001-0008")]
+
+
+@pytest.fixture(scope="module")
+def bench_cache(tmp_path_factory) -> str:
+    """The bench's offline cache, shared by the bench tests: each item transcribed offline once."""
+    return str(tmp_path_factory.mktemp("bench") / "offline.json")
+
+
+@pytest.fixture(scope="module")
+def phase_results(tiny, bench_items, bench_cache):
+    """The bench at step phases 0 and 320 ms (without ``--offline-spread``)."""
     from susurrus.evaluation import bench
     from susurrus.streaming.session import stream_config
 
-    items = [i for i in dev_items if i.language == "en"][:2]
     configs = [stream_config("medium", step_phase_ms=p) for p in (0, 320)]
-    results = bench.run(tiny, items, configs, progress=False)
+    return bench.run(tiny, bench_items, configs, progress=False, offline_cache=bench_cache)
+
+
+@pytest.mark.slow
+def test_bench_reports_what_the_phase_alone_moves(phase_results):
+    from susurrus.evaluation import bench
+
+    results = phase_results
     rows = bench.phase_rows(results)
     assert len(rows) == 1
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
@@ -215,28 +237,29 @@ def test_bench_reports_what_the_phase_alone_moves(tiny, dev_items):
 
 
 @pytest.mark.slow
-def test_bench_reports_how_far_offline_moves_from_itself(tiny, dev_items, tmp_path):
+def test_bench_reports_how_far_offline_moves_from_itself(tiny, bench_items, bench_cache, phase_results):
     """``susurrus bench --offline-spread``: every item also transcribed offline 10 ms later (one
-    mel frame of digital silence before it), scored, counted beside the stream, and cached."""
+    mel frame of digital silence before it), scored, counted beside the stream, and cached (in
+    the cache the phase run filled with the items' own offline transcriptions)."""
     from susurrus.evaluation import bench, spread
     from susurrus.evaluation.metrics import error_counts
     from susurrus.streaming.session import stream_config
 
-    items = [i for i in dev_items if i.language == "en"][:2]
-    cache = tmp_path / "offline.json"
-    results = bench.run(tiny, items, [stream_config("medium")], progress=False, offline_cache=str(cache),
+    items = bench_items
+    assert not any("|lead" in key for key in json.loads(Path(bench_cache).read_text()))
+    results = bench.run(tiny, items, [stream_config("medium")], progress=False, offline_cache=bench_cache,
                         offline_spread=True)
     for item, res in zip(items, results[0].items):
         later = bench.offline_reference(tiny, spread.shifted(decode_audio(item.audio)), "en")[0]
         assert res.shifted_errors == error_counts(item.text, later)[0]
-    kept = json.loads(cache.read_text())
+    kept = json.loads(Path(bench_cache).read_text())
     assert sum(key.endswith(f"|lead{spread.SHIFT_SAMPLES}") for key in kept) == 2
     row = results[0].spread_row()
     cells = [c.strip() for c in row.strip("|").split("|")]
     worse, better = spread.counts([(i.wer(), i.offline_wer()) for i in results[0].items])
     assert cells[1] == "2" and cells[2] == f"{worse} / {better}"
     assert "noise floor" in bench.report(results)
-    assert bench.run(tiny, items, [stream_config("medium")], progress=False)[0].spread_row() is None
+    assert phase_results[0].spread_row() is None  # a run without --offline-spread has none
 
 
 @pytest.mark.slow

@@ -29,13 +29,25 @@ def _stream(model, audio, piece=SR // 10, **settings):
     return stream
 
 
-def _offline(model, audio):
-    segments, _ = model.transcribe(audio, beam_size=1, word_timestamps=True)
+def _offline(model, audio, temperature: float | tuple[float, ...] | None = None):
+    """Offline Whisper's reading (the bench's reference: greedy with the temperature fallback),
+    or, given ``temperature``, its reading sampled at that temperature alone."""
+    settings = {} if temperature is None else {"temperature": temperature}
+    segments, _ = model.transcribe(audio, beam_size=1, word_timestamps=True, **settings)
     segments = list(segments)
     return " ".join(s.text.strip() for s in segments), [w for s in segments for w in s.words]
 
 
 _OFFLINE: dict[tuple[int, str], tuple] = {}  # (model, item): its offline text and words, shared by tests
+
+# Where the fallback ladder settles on an item that costs it most: every temperature's reading
+# fails the log-probability bar (greedy and the lower temperatures loop to the 224-token limit,
+# "the one who is the one who is ...", "water water ..."), so the ladder keeps its likeliest
+# reading that does not repeat, the one at this temperature. Samples are seeded per decode, a
+# temperature's reading the same whatever was tried before it: decoded at that temperature alone
+# the reference is the ladder's own, word for word and time for time (checked), at a tenth of
+# the cost (the ladder: 34 s and 49 s at one thread).
+_LADDER_SETTLES = {"speechocean762_055470040": 0.4, "speechocean762_096350012": 0.6}
 
 
 def _longest_wait(model, name: str, phase_ms: int, latency: str | None = None, threads: int | None = None):
@@ -48,7 +60,7 @@ def _longest_wait(model, name: str, phase_ms: int, latency: str | None = None, t
     audio = decode_audio(str(path))
     key = (id(model), name)
     if key not in _OFFLINE:
-        _OFFLINE[key] = _offline(model, audio)
+        _OFFLINE[key] = _offline(model, audio, _LADDER_SETTLES.get(name))
     offline_text, offline_words = _OFFLINE[key]
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
@@ -154,7 +166,10 @@ def test_a_numbered_reading_does_not_loop(tiny, longform_items, pause_s):
     audio = numbered_reading(_sphinx_one(), reading, pause_s=pause_s)
     stream = _stream(tiny, audio)
     assert longest_repetition([w.word for w in stream.words]) <= 2, stream.text
-    offline_text, _ = _offline(tiny, reading)
+    key = (id(tiny), "the reading")  # the same reading for both pauses: transcribed once
+    if key not in _OFFLINE:
+        _OFFLINE[key] = _offline(tiny, reading)
+    offline_text, _ = _OFFLINE[key]
     errors, n = error_counts(offline_text, stream.text)
     assert errors / n <= 0.2, (stream.text, offline_text)
 
