@@ -47,8 +47,8 @@ def streamed(model, audio, n: int = 1) -> list[str]:
     return [s.text for s in streams]
 
 
-def offline(model, audio) -> str:
-    segments, _ = model.transcribe(audio, beam_size=1, word_timestamps=True)
+def offline(model, audio, **options) -> str:
+    segments, _ = model.transcribe(audio, beam_size=1, word_timestamps=True, **options)
     return " ".join(s.text.strip() for s in segments)
 
 
@@ -119,8 +119,7 @@ def test_half_dtypes_on_cpu(compute_type, jfk):
     model = load_model("tiny.en", device="cpu", compute_type=compute_type)
     assert model.net.dtype == getattr(torch, compute_type) and model.device == "cpu"
     clip = jfk[:16000 * 8]
-    segments, _ = model.transcribe(clip, beam_size=1, temperature=0.0, word_timestamps=True)
-    for text in [" ".join(s.text.strip() for s in segments), *streamed(model, clip, 1)]:
+    for text in [offline(model, clip, temperature=0.0), *streamed(model, clip, 1)]:
         assert "what your country can do" in normalize(text), text
     for text in streamed(model, jfk[:int(16000 * 3.2)], 2):  # stepped together
         assert "my fellow americans" in normalize(text), text
