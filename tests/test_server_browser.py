@@ -21,7 +21,7 @@ from server_helpers import stream_text
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation.metrics import corpus_error_rate
 
-CLIP = "librispeech_test-clean_1089-134691-0001"  # 5.4 s
+CLIP = "librispeech_test-clean_1089-134686-0001"  # 3.3 s: "stuff it into you his belly counselled him"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 
@@ -103,8 +103,9 @@ def test_browser_demo_transcribes_the_microphone(server, tiny, dev_item, tmp_pat
                     reason="headless Chromium not installed (apt-get install chromium chromium-driver; .ci/run does)")
 @pytest.mark.slow
 def test_browser_demo_with_turn_detection_shows_each_turn_as_a_paragraph(server, longform_items, tmp_path):
-    """The *Turn detection* checkbox: three utterances with 1.5 s of silence between them reach
-    the page as three completed paragraphs while the microphone stays live."""
+    """The *Turn detection* checkbox: three utterances with 1 s of silence between them (twice
+    server VAD's 500 ms) reach the page as three completed paragraphs while the microphone stays
+    live."""
     pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.common.by import By
 
@@ -113,10 +114,10 @@ def test_browser_demo_with_turn_detection_shows_each_turn_as_a_paragraph(server,
     item = next((i for i in longform_items if i.id.startswith("dev_ljspeech")), None)
     if item is None or len(item.segments) < 8:
         pytest.skip("the LJSpeech long-form stream (with segments) is not in the manifest")
-    segs = [item.segments[k] for k in (1, 3, 7)]  # 1.9, 5.1 and 1.8 s
+    segs = [item.segments[k] for k in (1, 7, 12)]  # 1.9, 1.8 and 2.6 s
     full = decode_audio(item.audio)
     pieces = [full[round((s["start_s"] - 0.2) * 16000):round((s["end_s"] + 0.2) * 16000)] for s in segs]
-    audio = np.concatenate([pieces[0], signals.silence(1.5), pieces[1], signals.silence(1.5), pieces[2]])
+    audio = np.concatenate([pieces[0], signals.silence(1.0), pieces[1], signals.silence(1.0), pieces[2]])
     texts = [s["text"] for s in segs]
     wav = tmp_path / "mic.wav"  # Chromium loops the file: 5 s of silence after it, the test stops inside
     sf.write(wav, np.concatenate([audio, np.zeros(5 * 16000, np.float32)]), 16000, subtype="PCM_16")

@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+import soundfile as sf
 from server_helpers import Conn, NeverReads, metrics, pcm16_at, update_event, wait_for_metric
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import Opcode
@@ -318,7 +319,7 @@ def test_websocket_compression_only_when_asked(tiny, dev_item):
 
 
 @pytest.mark.slow
-def test_new_sessions_are_refused_while_the_model_is_behind_real_time(tiny, dev_item):
+def test_new_sessions_are_refused_while_the_model_is_behind_real_time(tiny, dev_item, tmp_path):
     """Two long uploads take both of the server's model threads; a session's 1.5 s of audio
     (sent at real-time pace: within 2 s of its clock) then waits behind them, so the model is
     behind real time: /healthz says overloaded, /metrics shows the backlog, and a new session is
@@ -329,7 +330,10 @@ def test_new_sessions_are_refused_while_the_model_is_behind_real_time(tiny, dev_
     from susurrus.server.app import BackgroundServer
     from susurrus.server.realtime.settings import Limits
 
-    upload = dev_item("asset_two_cities").audio  # 44 s: seconds of offline decoding each
+    # the first 28 s of a 44 s recording: one whole 30 s window of offline decoding each, seconds
+    # of a model thread (the rest would be a second window: more of the same wait)
+    upload = tmp_path / "two_cities_28s.wav"
+    sf.write(upload, decode_audio(dev_item("asset_two_cities").audio)[: 28 * 16000], 16000, subtype="PCM_16")
     audio = decode_audio(dev_item(SHORT5).audio)[: int(1.5 * 16000)]
     with BackgroundServer(tiny, limits=Limits(overload_lag_s=0.5, max_sessions=8), workers=0) as srv:
         client = openai.OpenAI(api_key="k", base_url=f"{srv.http_url}/v1", max_retries=0)
