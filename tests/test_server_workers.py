@@ -14,7 +14,8 @@ from server_helpers import Conn, metrics, pcm16_at, server_samples, stream_text,
 
 from susurrus.audio.io import decode_audio
 
-CLIPS = ("ljspeech_LJ001-0005", "librispeech_test-clean_1089-134686-0001")
+# 2.6 and 3.3 s: the streams are open together from their first appends to their commits, however long
+CLIPS = ("ljspeech_LJ001-0013", "librispeech_test-clean_1089-134686-0001")
 COMPLETED = "conversation.item.input_audio_transcription.completed"
 
 
