@@ -27,7 +27,7 @@ from susurrus.server.realtime.transcriber import Transcriber
 
 UTTERANCES = (1, 7, 12)  # short LJSpeech utterances of the long-form stream: 1.9, 1.8 and 2.6 s
 CONTEXT_S = 0.2  # audio kept either side of each (their natural pauses are 0.4 s)
-GAP_S = 1.5  # silence inserted between them
+GAP_S = 1.0  # silence inserted between them: 1.4 s of pause with the context (server VAD ends a turn at 0.5 s)
 LEAD_S, TAIL_S = 0.5, 1.0
 STARTED = "input_audio_buffer.speech_started"
 STOPPED = "input_audio_buffer.speech_stopped"
@@ -38,7 +38,7 @@ COMPLETED = "conversation.item.input_audio_transcription.completed"
 
 @pytest.fixture(scope="module")
 def speech(longform_items) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """Three utterances (16 kHz) with 1.5 s of digital silence between them, 0.5 s before and
+    """Three utterances (16 kHz) with 1 s of digital silence between them, 0.5 s before and
     1 s after; and their segments (``start_s``, ``end_s``, ``text``) in the new audio."""
     item = next((i for i in longform_items if i.id.startswith("dev_ljspeech")), None)
     if item is None or len(item.segments) <= max(UTTERANCES):
