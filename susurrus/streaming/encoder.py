@@ -115,11 +115,19 @@ def encode_window(net: Whisper, mel: torch.Tensor, running_max: float | None = N
 
 def silence_keys(net: Whisper) -> list[KV]:
     """Every encoder layer's self-attention keys/values over a 30 s window of digital silence
-    (normalised log-mel :data:`SILENCE_LEVEL`). A constant of the weights, made on first use and
-    kept on the encoder (as the decoder keeps its transposed output weight)."""
-    keys = getattr(net.encoder, "silence_keys", None)
-    if keys is None:
-        enc = net.encoder
+    (normalised log-mel :data:`SILENCE_LEVEL`). A constant of the weights (:func:`silence_encoding`)."""
+    return silence_encoding(net)[0]
+
+
+def silence_encoding(net: Whisper) -> tuple[list[KV], torch.Tensor]:
+    """A 30 s window of digital silence (normalised log-mel :data:`SILENCE_LEVEL`) through the
+    encoder: every layer's self-attention keys/values and the output (1, n_audio_ctx, width),
+    which is ``net.encoder(mel)`` exactly. One pass gives both (a full window's encode, ~0.4 s
+    with tiny on one core); a constant of the weights, made on first use and kept on the
+    encoder (as the decoder keeps its transposed output weight)."""
+    enc = net.encoder
+    made = getattr(enc, "silence_encoding", None)
+    if made is None:
         mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), SILENCE_LEVEL)
         x = enc.stem(mel.to(device=net.device, dtype=enc.conv1.weight.dtype))
         x = x + enc.positional_embedding[: x.shape[1]].to(x.dtype)
@@ -128,8 +136,8 @@ def silence_keys(net: Whisper) -> list[KV]:
             for block in enc.blocks:
                 x, kv, _ = block(x, None)
                 keys.append(kv)
-        enc.silence_keys = keys
-    return keys
+            made = enc.silence_encoding = (keys, enc.ln_post(x))
+    return made
 
 
 @torch.inference_mode()

@@ -18,7 +18,7 @@ from susurrus.model.caches import KV, DecoderCache, HeadKV, PartedKV, heads_of
 from susurrus.model.tokenizer import Tokenizer
 from susurrus.model.whisper import Whisper
 from susurrus.streaming.config import SILENCE_LEVEL
-from susurrus.streaming.encoder import EncoderState
+from susurrus.streaming.encoder import EncoderState, silence_encoding
 from susurrus.streaming.events import StepStats, StreamWord
 from susurrus.streaming.frontend import MelState
 from susurrus.streaming.vad import TurnConfig, TurnState, VadState
@@ -136,9 +136,14 @@ class CrossLayer(PartedKV):
 def silence_cross_kv(net: Whisper, level: float = SILENCE_LEVEL) -> list[HeadKV]:
     """Cross keys/values of the encoder output for a window of digital silence (normalised
     log-mel ``level``), head by head. One padded encode (~0.4 s with tiny): compute it once per
-    model and share it between sessions (``WhisperModel.stream`` does)."""
-    mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), level, device=net.device)
-    return [HeadKV.of(kv, net.dims.n_text_head) for kv in net.decoder.cross_kv(net.encoder(mel))]
+    model and share it between sessions (``WhisperModel.stream`` does). At the engine's level,
+    the same pass gives the keys the opening check reads (:func:`silence_encoding`), so the
+    first stream's first opening does not wait for a second one."""
+    if level == SILENCE_LEVEL:
+        out = silence_encoding(net)[1]
+    else:
+        out = net.encoder(torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), level, device=net.device))
+    return [HeadKV.of(kv, net.dims.n_text_head) for kv in net.decoder.cross_kv(out)]
 
 
 
