@@ -263,19 +263,21 @@ def test_an_urgent_generator_runs_its_rounds_before_the_others(tiny):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("window_ms, grid_ms", [(0.0, 0.0), (200.0, 0.0), (0.0, 200.0)])
+@pytest.mark.parametrize("window_ms, grid_ms", [(0.0, 0.0), (50.0, 0.0), (0.0, 200.0)])
 def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, dev_items, window_ms, grid_ms):
     """One worker process, four streams fed at once from four threads (as the server's sessions
     feed it): the worker's rounds carry several streams' calls, and each stream's text is what
-    ``model.stream()`` gives alone; also when an idle worker waits 200 ms for a round to fill
-    (``--batch-window-ms``), and when due steps are held to a 200 ms grid (``--step-grid-ms``: a
-    held feed's later requests, the finish among them, wait behind it)."""
+    ``model.stream()`` gives alone; also when an idle worker waits 50 ms for a round to fill
+    (``--batch-window-ms``: the worker waits the whole window each time it starts a round from
+    idle, ~25 times here, so 200 ms cost 5 s of waiting for the same rounds), and when due steps
+    are held to a 200 ms grid (``--step-grid-ms``: a held feed's later requests, the finish
+    among them, wait behind it)."""
     import threading
 
     from susurrus.server.workers.pool import WorkerPool, model_spec
 
     english = [item for item in dev_items if item.language == "en"][:4]
-    audios = [decode_audio(item.audio)[: 5 * SR] for item in english]  # 5 s: several commits each
+    audios = [decode_audio(item.audio)[: 4 * SR] for item in english]  # 4 s: 3 or 4 commits each (one is 1.9 s)
     with WorkerPool(model_spec(tiny, 1, window_ms=window_ms, grid_ms=grid_ms), 1) as pool:
         streams = [pool.stream() for _ in audios]
 

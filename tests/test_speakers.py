@@ -24,6 +24,17 @@ def clip(dev_item):
     return np.concatenate([a, np.zeros(8000, np.float32), b]), len(a) / 16000
 
 
+@pytest.fixture(scope="module")
+def stream_clip(dev_item):
+    """~14 s for the two tiny.en streams (most of this file's time): JFK's first 7.95 s (up to
+    "... can do for you,", in the pause before "ask what"), half a second of silence, 5.5 s of
+    the same reader. Each voice still fills several 1.6 s windows (a new speaker opens after
+    two), and the words after the change still run for seconds."""
+    a = decode_audio(dev_item(JFK).audio)[: int(7.95 * 16000)]
+    b = decode_audio(dev_item(OTHER).audio)[: int(5.5 * 16000)]
+    return np.concatenate([a, np.zeros(8000, np.float32), b]), len(a) / 16000
+
+
 @pytest.mark.slow
 def test_encoder_equals_resemblyzer(dev_item):
     try:
@@ -38,8 +49,8 @@ def test_encoder_equals_resemblyzer(dev_item):
 
 
 @pytest.fixture(scope="module")
-def streams(tiny, clip):
-    audio, _ = clip
+def streams(tiny, stream_clip):
+    audio, _ = stream_clip
     out = []
     for diarize in (True, False):
         s = tiny.stream(diarize=diarize)
@@ -49,11 +60,11 @@ def streams(tiny, clip):
 
 
 @pytest.mark.slow
-def test_stream_labels_both_speakers_and_only_adds(streams, clip):
+def test_stream_labels_both_speakers_and_only_adds(streams, stream_clip):
     from susurrus.streaming.events import Committed
 
     (labelled, events), (plain, _) = streams
-    _, change = clip
+    _, change = stream_clip
     assert [w.word for w in labelled.words] == [w.word for w in plain.words]  # labels only add
     assert [(w.start, w.end) for w in labelled.words] == [(w.start, w.end) for w in plain.words]
     assert all(w.speaker is None for w in plain.words)
@@ -109,15 +120,17 @@ def test_bad_reference_clips_are_named(tmp_path, dev_item):
 
 
 @pytest.mark.slow
-def test_stream_cli_refuses_a_bad_clip_before_loading(tmp_path, dev_item):
-    import subprocess
-    import sys
+def test_stream_cli_refuses_a_bad_clip_before_loading(tmp_path, dev_item, capsys):
+    """The command in this process (``main``, as test_cli does): a subprocess only added the
+    interpreter's and torch's start to the same exit status and message."""
+    from susurrus.cli.main import main
 
     bad = tmp_path / "x.wav"
     bad.write_bytes(b"RIFF....WAVEjunk")
-    r = subprocess.run([sys.executable, "-m", "susurrus", "stream", dev_item(JFK).audio, "--diarize",
-                        "--speaker-ref", f"Ann={bad}"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "speaker reference 'Ann'" in r.stderr and "not readable audio" in r.stderr
+    capsys.readouterr()
+    code = main(["stream", str(dev_item(JFK).audio), "--diarize", "--speaker-ref", f"Ann={bad}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "speaker reference 'Ann'" in err and "not readable audio" in err
 
 
 def test_tracker_state_stays_bounded():

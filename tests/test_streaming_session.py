@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
-import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +27,24 @@ def _stream(model, audio, piece=1600, **settings):
     return stream, snapshots, events
 
 
+_STREAMED: dict[tuple[int, str], tuple] = {}
+
+
+def _streamed(model, item) -> tuple:
+    """``_stream`` of a dev item in 100 ms pieces at the default settings, computed once per
+    item: the append-only test and the word-times test read the same stream of LJ001-0001."""
+    key = (id(model), item.id)
+    if key not in _STREAMED:
+        _STREAMED[key] = _stream(model, decode_audio(item.audio))
+    return _STREAMED[key]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("item_id", ["ljspeech_LJ001-0001", "librispeech_test-clean_1089-134686-0000"])
 def test_committed_text_is_append_only_and_accurate(tiny, dev_item, item_id):
     item = dev_item(item_id)
     audio = decode_audio(item.audio)
-    stream, snapshots, events = _stream(tiny, audio)
+    stream, snapshots, events = _streamed(tiny, item)
     # every snapshot of the committed text extends the previous one: nothing is ever revised
     for before, after in zip(snapshots, snapshots[1:]):
         assert after.startswith(before)
@@ -45,8 +58,9 @@ def test_committed_text_is_append_only_and_accurate(tiny, dev_item, item_id):
 
 @pytest.mark.slow
 def test_words_carry_times_and_are_committed_soon_after_they_are_spoken(tiny, dev_item):
-    audio = decode_audio(dev_item("ljspeech_LJ001-0001").audio)
-    stream, _, _ = _stream(tiny, audio)
+    item = dev_item("ljspeech_LJ001-0001")
+    audio = decode_audio(item.audio)
+    stream, _, _ = _streamed(tiny, item)
     words = stream.words
     duration = len(audio) / 16000
     assert all(0 <= w.start <= w.end <= duration + 0.05 for w in words)
@@ -91,12 +105,13 @@ def test_window_re_anchors_and_keeps_memory_flat(tiny, longform_items):
 def test_a_full_window_rolls_over_with_its_last_committed_words_as_left_context(tiny, longform_items):
     """A window that fills up in the middle of speech starts the next one at its committed words
     of the last ``roll_context_s``: their audio and tokens (forced, not said again), so that the
-    words after them are not read as a window's opening, without left context. (22 s of speech
-    in 8 s windows: three rolls.)"""
-    audio = decode_audio(longform_items[0].audio)[: 16000 * 22]
+    words after them are not read as a window's opening, without left context. (16 s of speech
+    in 8 s windows: two rolls, at 8.4 and 14.1 s, the second of a window that opened with carried
+    words; without context, 10 s: one roll, at 8.4 s.)"""
+    audio = decode_audio(longform_items[0].audio)[: 16000 * 16]
     rolls = []
 
-    def run(context_s):
+    def run(context_s, audio):
         stream = tiny.stream(max_window_s=8.0, roll_context_s=context_s)
         reanchor = stream._reanchor
 
@@ -114,7 +129,7 @@ def test_a_full_window_rolls_over_with_its_last_committed_words_as_left_context(
         stream.finish()
         return stream.text
 
-    carried_text = run(2.0)
+    carried_text = run(2.0, audio)
     carried = [r for r in rolls if r[0] == 2.0 and r[5]]
     assert len(carried) >= 2
     for _, text, end_s, start_s, new_end_s, words in carried:
@@ -123,7 +138,7 @@ def test_a_full_window_rolls_over_with_its_last_committed_words_as_left_context(
         assert abs(new_end_s - end_s) < 0.03  # the committed end stays where it was
         assert carried_text.startswith(text)
         assert not carried_text[len(text):].startswith(words)  # ... and not said again after it
-    run(0.0)
+    run(0.0, audio[: 16000 * 10])
     assert [r for r in rolls if r[0] == 0.0] and not [r for r in rolls if r[0] == 0.0 and r[5]]
     with pytest.raises(ValueError, match="roll_context_s"):
         StreamConfig(roll_context_s=20.0)
@@ -158,18 +173,20 @@ def test_agreement_policy_also_streams(tiny, dev_item):
 
 
 @pytest.mark.slow
-def test_cli_stream_writes_json_with_emission_times(dev_item, tmp_path):
+def test_cli_stream_writes_json_with_emission_times(dev_item, tmp_path, monkeypatch):
+    """``susurrus stream FILE -f json`` and ``susurrus stream -`` (the same audio as raw PCM on
+    stdin), run in-process through the CLI's entry point (the process itself, Ctrl+C and
+    exit codes included, is test_cli.py's)."""
+    from susurrus.cli.main import main
+
     item = dev_item("ljspeech_LJ001-0002")
-    run = subprocess.run([sys.executable, "-m", "susurrus", "stream", str(item.audio), "-f", "json",
-                          "-o", str(tmp_path), "--latency", "low"], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    assert main(["stream", str(item.audio), "-f", "json", "-o", str(tmp_path), "--latency", "low"]) == 0
     doc = json.loads((tmp_path / f"{item.audio.stem}.json").read_text())
     assert doc["words"] and all({"start", "end", "emitted_at"} <= set(w) for w in doc["words"])
     assert corpus_error_rate([(item.text, doc["text"])]) < 30
     raw = (decode_audio(item.audio) * 32767).astype("<i2").tobytes()
-    piped = subprocess.run([sys.executable, "-m", "susurrus", "stream", "-", "--quiet", "-f", "txt",
-                            "--latency", "low", "-o", str(tmp_path)], input=raw, capture_output=True, timeout=300)
-    assert piped.returncode == 0, piped.stderr
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(raw)))
+    assert main(["stream", "-", "--quiet", "-f", "txt", "--latency", "low", "-o", str(tmp_path)]) == 0
     assert (tmp_path / "stdin.txt").read_text().strip() == doc["text"].strip()
 
 

@@ -11,7 +11,9 @@ from susurrus.audio.io import decode_audio
 from susurrus.evaluation.alignment import boundary_errors
 from susurrus.evaluation.metrics import corpus_error_rate, normalize
 
-PARITY_ITEMS = ["ljspeech_LJ001-0001", "jfk_inaugural", "librispeech_test-clean_1089-134686-0000"]
+# two speakers, two corpora: each item takes the same path (one 30 s window, greedy, no timestamps,
+# no gate), so a third (LJ001-0001, the LJSpeech reader of many other tests) added ~3 s and no path
+PARITY_ITEMS = ["jfk_inaugural", "librispeech_test-clean_1089-134686-0000"]
 
 
 def _text(segments) -> str:
@@ -75,16 +77,17 @@ def test_temperature_fallback_when_text_is_rejected(tiny, dev_item):
 
 @pytest.mark.slow
 def test_long_file_in_sequential_windows_with_word_timestamps(tiny, longform_items):
-    """The first 75 s of a long-form stream: three windows, previous-text conditioning, and
-    word timestamps that land on the utterance boundaries."""
+    """The first 73 s of a long-form stream: three windows, previous-text conditioning, and
+    word timestamps that land on the utterance boundaries. (The third window's last segment ends
+    at 73.88 s: 75 s of audio left a fourth window of 1.1 s, a whole encode for two words.)"""
     item = longform_items[0]
-    audio = decode_audio(item.audio)[: 75 * 16000]
+    audio = decode_audio(item.audio)[: 73 * 16000]
     segments = list(tiny.transcribe(audio, beam_size=1, word_timestamps=True)[0])
     assert segments[-1].end > 60 and len({s.seek for s in segments}) >= 3
     words = [w for s in segments for w in s.words]
     assert all(w.start <= w.end for w in words)
     assert all(a.start <= b.start + 1e-6 for a, b in zip(words, words[1:]))
-    refs = [s for s in item.segments if s["end_s"] <= 74]
+    refs = [s for s in item.segments if s["end_s"] <= 72]
     errors = boundary_errors(refs, words)
     good = [e for e in errors if e is not None and abs(e[0]) <= 0.5 and abs(e[1]) <= 0.5]
     assert len(good) >= 0.8 * len(refs)
@@ -102,7 +105,8 @@ def test_no_speech_gate(tiny, dev_item):
     (hallucinated,) = list(tiny.transcribe(silence, no_speech_threshold=None, vad=False)[0])
     assert hallucinated.no_speech_prob > 0.6
     assert list(tiny.transcribe(silence, log_prob_threshold=None, vad=False)[0]) == []
-    speech = list(tiny.transcribe(dev_item("jfk_inaugural").audio, log_prob_threshold=None, vad=False)[0])
+    # (1.9 s of speech: the window is encoded padded to 30 s whatever its length; fewer tokens to decode)
+    speech = list(tiny.transcribe(dev_item("ljspeech_LJ001-0002").audio, log_prob_threshold=None, vad=False)[0])
     assert speech and all(s.no_speech_prob < 0.3 for s in speech)
 
 
