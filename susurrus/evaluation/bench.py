@@ -275,7 +275,6 @@ def offline_reference(model, audio: np.ndarray, language: str | None) -> tuple[s
     return " ".join(s.text.strip() for s in segments), [w for s in segments for w in s.words or []]
 
 
-
 def _full_encode_s(net, audio: np.ndarray) -> float:
     """CPU seconds of one padded 30 s encode (median of three after a warm-up), as tools that
     transcribe windows again pay at every step: the bench's unit of cost. Measured once per
@@ -289,6 +288,7 @@ def _full_encode_s(net, audio: np.ndarray) -> float:
                 times += [time.process_time() - c0] if k else []
         net.bench_full_encode_s = statistics.median(times)
     return net.bench_full_encode_s
+
 
 def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = True,
         detect_language: bool = False, offline_cache: str | None = None, together: int = 1,
