@@ -119,16 +119,18 @@ def silence_keys(net: Whisper) -> list[KV]:
     return silence_encoding(net)[0]
 
 
-def silence_encoding(net: Whisper) -> tuple[list[KV], torch.Tensor]:
-    """A 30 s window of digital silence (normalised log-mel :data:`SILENCE_LEVEL`) through the
-    encoder: every layer's self-attention keys/values and the output (1, n_audio_ctx, width),
-    which is ``net.encoder(mel)`` exactly. One pass gives both (a full window's encode, ~0.4 s
-    with tiny on one core); a constant of the weights, made on first use and kept on the
-    encoder (as the decoder keeps its transposed output weight)."""
+def silence_encoding(net: Whisper, level: float = SILENCE_LEVEL) -> tuple[list[KV], torch.Tensor]:
+    """A 30 s window of a constant normalised log-mel ``level`` (digital silence:
+    :data:`SILENCE_LEVEL`) through the encoder: every layer's self-attention keys/values and the
+    output (1, n_audio_ctx, width), which is ``net.encoder(mel)`` exactly. One pass gives both (a
+    full window's encode, ~0.4 s with tiny on one core). Digital silence's is a constant of the
+    weights, made on first use and kept on the encoder (as the decoder keeps its transposed
+    output weight); another level (diagnostics) is computed each time."""
     enc = net.encoder
-    made = getattr(enc, "silence_encoding", None)
+    kept = level == SILENCE_LEVEL
+    made = getattr(enc, "silence_encoding", None) if kept else None
     if made is None:
-        mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), SILENCE_LEVEL)
+        mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), level)
         x = enc.stem(mel.to(device=net.device, dtype=enc.conv1.weight.dtype))
         x = x + enc.positional_embedding[: x.shape[1]].to(x.dtype)
         keys = []
@@ -136,7 +138,9 @@ def silence_encoding(net: Whisper) -> tuple[list[KV], torch.Tensor]:
             for block in enc.blocks:
                 x, kv, _ = block(x, None)
                 keys.append(kv)
-            made = enc.silence_encoding = (keys, enc.ln_post(x))
+            made = (keys, enc.ln_post(x))
+        if kept:
+            enc.silence_encoding = made
     return made
 
 

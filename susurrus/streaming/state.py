@@ -136,14 +136,10 @@ class CrossLayer(PartedKV):
 def silence_cross_kv(net: Whisper, level: float = SILENCE_LEVEL) -> list[HeadKV]:
     """Cross keys/values of the encoder output for a window of digital silence (normalised
     log-mel ``level``), head by head. One padded encode (~0.4 s with tiny): compute it once per
-    model and share it between sessions (``WhisperModel.stream`` does). At the engine's level,
-    the same pass gives the keys the opening check reads (:func:`silence_encoding`), so the
-    first stream's first opening does not wait for a second one."""
-    if level == SILENCE_LEVEL:
-        out = silence_encoding(net)[1]
-    else:
-        out = net.encoder(torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), level, device=net.device))
-    return [HeadKV.of(kv, net.dims.n_text_head) for kv in net.decoder.cross_kv(out)]
+    model and share it between sessions (``WhisperModel.stream`` does). The same pass gives the
+    keys the opening check reads (:func:`silence_encoding`), so the first stream's first opening
+    does not wait for a second one."""
+    return [HeadKV.of(kv, net.dims.n_text_head) for kv in net.decoder.cross_kv(silence_encoding(net, level)[1])]
 
 
 
