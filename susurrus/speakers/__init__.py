@@ -27,19 +27,21 @@ def parse_reference_args(values: list[str] | None) -> dict[str, str]:
 
 def make_tracker(speakers: int | None = None, min_speakers: int | None = None, max_speakers: int | None = None,
                  refs: Mapping[str, str | PathLike | Any] | None = None,
-                 keep_all: bool = False) -> SpeakerTracker:
+                 keep_all: bool = False, encoder: str = "ge2e") -> SpeakerTracker:
     """A tracker for one stream or file; ``refs``: name -> clip path or 16 kHz samples (or an
-    embedding already computed, 256 values). Bad counts or clips raise ``ValueError``."""
+    embedding already computed by the same encoder: 256 values for GE2E). ``encoder``: "ge2e"
+    (the default) or "campplus" (:mod:`~susurrus.speakers.campplus`: better separated voices,
+    ~4x the encoder's CPU). Bad counts, clips or encoder names raise ``ValueError``."""
     from susurrus.speakers.cluster import SpeakerConfig
     from susurrus.speakers.references import load_reference
     from susurrus.speakers.tracker import SpeakerTracker
 
-    config = SpeakerConfig(speakers=speakers, min_speakers=min_speakers or 1, max_speakers=max_speakers)
+    config = SpeakerConfig(speakers=speakers, min_speakers=min_speakers or 1, max_speakers=max_speakers,
+                           encoder=encoder)
     if config.max_speakers is not None and len(refs or {}) > config.max_speakers:
         raise ValueError(f"{len(refs or {})} enrolled speakers but at most {config.max_speakers} speakers")
-    embeddings = {name: load_reference(name, clip) for name, clip in (refs or {}).items()}
-    from susurrus.speakers.encoder import load_encoder, ort_encoder
+    embeddings = {name: load_reference(name, clip, encoder) for name, clip in (refs or {}).items()}
+    from susurrus.speakers.encoder import load
 
-    load_encoder()  # loaded now (once a process), not at the stream's first voiced window
-    ort_encoder()
+    load(encoder)  # loaded now (once a process), not at the stream's first voiced window
     return SpeakerTracker(config, embeddings, keep_all=keep_all)

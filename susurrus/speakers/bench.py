@@ -133,11 +133,12 @@ def _plain_text(model, conv) -> str:
 
 
 def main(data_root: Path, model=None, asr: int = 0, lag: float = 1.0, out=print, only: Sequence[str] = (),
-         limit: int | None = None, seed: int = conv_mod.SEED) -> dict:
+         limit: int | None = None, seed: int = conv_mod.SEED, encoder: str = "ge2e") -> dict:
     """Print the tables; ``asr``: also stream the first ``asr`` conversations of each set;
     ``only``: these sets; ``limit``: the first conversations of each set; ``seed``: the set
     built from this seed (:func:`~susurrus.speakers.conversations.build`; another seed, a
-    held-out set)."""
+    held-out set); ``encoder``: the speaker encoder (the diarizer rows only; its own
+    thresholds, :data:`~susurrus.speakers.cluster.THRESHOLDS`)."""
     paths = conv_mod.build(data_root, seed=seed)
     sets: dict[str, list] = {}
     for p in paths:
@@ -149,7 +150,7 @@ def main(data_root: Path, model=None, asr: int = 0, lag: float = 1.0, out=print,
         "| count right online | offline | diarizer CPU s per audio s |")
     out("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, convs in sets.items():
-        res = [run_diarizer(c, lag) for c in convs]
+        res = [run_diarizer(c, lag, SpeakerConfig(encoder=encoder)) for c in convs]
         dur = sum(len(c.audio) for c in convs) / 16000
         on = [r[0] for r in res]
         off = [r[1] for r in res]

@@ -22,6 +22,9 @@ import numpy as np
 
 SAME_SPEAKER = 0.58  # cosine similarity; see the module docstring (measured: 0.582, EER 7.9 %)
 SAME_CENTROID = 0.68  # an embedding against a speaker's centroid (measured: 0.684, EER 1.0 %)
+# the same two equal-error points per encoder (``python -m susurrus.speakers.threshold --encoder
+# NAME``): CAM++ pairs 0.310 (EER 1.8 %), against a centroid of 8 0.325 (EER 1.0 %)
+THRESHOLDS = {"ge2e": (SAME_SPEAKER, SAME_CENTROID), "campplus": (0.31, 0.33)}
 PENDING = -1
 
 
@@ -30,15 +33,22 @@ class SpeakerConfig:
     """``speakers``: exactly that many (None: unknown); ``min_speakers`` / ``max_speakers``
     bound the count (past ``max`` a new voice is merged into the nearest speaker); ``threshold``:
     the similarity at or above which two embeddings (or clusters, offline) are one speaker;
-    ``centroid_threshold``: an embedding and a speaker's centroid (the stream)."""
+    ``centroid_threshold``: an embedding and a speaker's centroid (the stream); both default to
+    the ``encoder``'s measured values (:data:`THRESHOLDS`)."""
 
     speakers: int | None = None
     min_speakers: int = 1
     max_speakers: int | None = None
-    threshold: float = SAME_SPEAKER
-    centroid_threshold: float = SAME_CENTROID
+    threshold: float | None = None
+    centroid_threshold: float | None = None
+    encoder: str = "ge2e"
 
     def __post_init__(self) -> None:
+        if self.encoder not in THRESHOLDS:
+            raise ValueError(f"unknown speaker encoder {self.encoder!r}: one of {', '.join(THRESHOLDS)}")
+        pair, centroid = THRESHOLDS[self.encoder]
+        self.threshold = pair if self.threshold is None else self.threshold
+        self.centroid_threshold = centroid if self.centroid_threshold is None else self.centroid_threshold
         if self.speakers is not None:
             if self.speakers < 1:
                 raise ValueError(f"speakers must be at least 1, got {self.speakers}")
@@ -84,7 +94,7 @@ class OnlineClusters:
 
     def centroids(self) -> np.ndarray:
         if not self.sums:
-            return np.zeros((0, len(self.pending) if self.pending is not None else 256), np.float32)
+            return np.zeros((0, len(self.pending) if self.pending is not None else 0), np.float32)
         c = np.stack(self.sums)
         return c / np.linalg.norm(c, axis=1, keepdims=True)
 

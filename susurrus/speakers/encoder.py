@@ -27,6 +27,11 @@ HOP = 160  # 10 ms
 PARTIAL_FRAMES = 160  # 1.6 s
 PARTIAL_SAMPLES = PARTIAL_FRAMES * HOP
 EMBED_DIM = 256
+# the speaker encoders: name -> embedding size. "ge2e" (this module; the default: 14 ms a window
+# in batches of 4, EER 7.9 % on 1.6 s partials), "campplus" (:mod:`.campplus`: EER 1.8 %, but
+# ~62 ms a window; docs/benchmarks.md, "Speakers")
+ENCODERS = {"ge2e": EMBED_DIM, "campplus": 192}
+DEFAULT_ENCODER = "ge2e"
 
 
 class SpeakerEncoderMissing(RuntimeError):
@@ -96,14 +101,11 @@ def partial_starts(n_samples: int, rate: float = 1.3, min_coverage: float = 0.75
 ONNX_CACHE = Path.home() / ".cache" / "susurrus"
 
 
-@functools.lru_cache(maxsize=1)
-def ort_encoder():
-    """The same network as an ONNX Runtime session on one thread, or None without ``onnx`` and
-    ``onnxruntime``. Exported from :func:`load_encoder` by torch (~2 CPU-s, once: the graph is
-    kept in ``~/.cache/susurrus``, named by the weights' digest, and read from there after;
-    where that cannot be written, it is exported again per process). Same embeddings (within
-    1e-4 of torch's, tests/test_speakers.py); a batch of windows costs less a window than torch's
-    LSTM (2 windows: 15 vs 24 ms a window, 4: 13 vs 19 ms, one core)."""
+def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str, input_name: str):
+    """``net`` as an ONNX Runtime session on one thread (``input_name``, batch axis dynamic), or
+    None without ``onnx`` and ``onnxruntime``. Exported by torch (a few CPU-s, once: the graph is
+    kept in ``~/.cache/susurrus`` as ``STEM_DIGEST.onnx``, named by the weights' digest, and read
+    from there after; where that cannot be written, it is exported again per process)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -112,8 +114,8 @@ def ort_encoder():
     import io
     import warnings
 
-    digest = hashlib.sha1(weights_path().read_bytes()).hexdigest()[:16]
-    cached = ONNX_CACHE / f"speaker_encoder_{digest}.onnx"
+    digest = hashlib.sha1(weights.read_bytes()).hexdigest()[:16]
+    cached = ONNX_CACHE / f"{stem}_{digest}.onnx"
     try:
         graph = cached.read_bytes()
     except OSError:
@@ -124,8 +126,8 @@ def ort_encoder():
         buf = io.BytesIO()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(load_encoder(), (torch.zeros(1, PARTIAL_FRAMES, 40),), buf, input_names=["mels"],
-                              output_names=["embedding"], dynamic_axes={"mels": {0: "batch"}}, dynamo=False)
+            torch.onnx.export(net, (example,), buf, input_names=[input_name], output_names=["embedding"],
+                              dynamic_axes={input_name: {0: "batch"}}, dynamo=False)
         graph = buf.getvalue()
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
@@ -140,10 +142,26 @@ def ort_encoder():
     return ort.InferenceSession(graph, opts, providers=["CPUExecutionProvider"])
 
 
+@functools.lru_cache(maxsize=1)
+def ort_encoder():
+    """The same network as an ONNX Runtime session on one thread (:func:`ort_session`), or None.
+    Same embeddings (within 1e-4 of torch's, tests/test_speakers.py); a batch of windows costs
+    less a window than torch's LSTM (2 windows: 15 vs 24 ms a window, 4: 13 vs 19 ms, one core)."""
+    return ort_session(load_encoder(), torch.zeros(1, PARTIAL_FRAMES, 40), weights_path(), "speaker_encoder",
+                       "mels")
+
+
 @torch.inference_mode()
-def embed_partials(wavs: list[np.ndarray], runtime: str = "auto") -> np.ndarray:
+def embed_partials(wavs: list[np.ndarray], runtime: str = "auto", encoder: str = DEFAULT_ENCODER) -> np.ndarray:
     """One embedding per 1.6 s piece of audio (shorter ones zero-padded), ``(n, 256)`` float32;
-    ``runtime``: "ort" (:func:`ort_encoder`), "torch", or "auto" (ort where installed)."""
+    ``runtime``: "ort" (:func:`ort_encoder`), "torch", or "auto" (ort where installed);
+    ``encoder``: one of :data:`ENCODERS` ("campplus": ``(n, 192)``, :mod:`.campplus`)."""
+    if encoder == "campplus":
+        from susurrus.speakers import campplus
+
+        return campplus.embed_partials(wavs, PARTIAL_SAMPLES, runtime)
+    if encoder != "ge2e":
+        raise ValueError(f"unknown speaker encoder {encoder!r}: one of {', '.join(ENCODERS)}")
     if not wavs:
         return np.zeros((0, EMBED_DIM), np.float32)
     mels = torch.stack([mel_frames(np.pad(w, (0, max(0, PARTIAL_SAMPLES - len(w)))))[:PARTIAL_FRAMES]
@@ -156,13 +174,33 @@ def embed_partials(wavs: list[np.ndarray], runtime: str = "auto") -> np.ndarray:
     return load_encoder()(mels).numpy()
 
 
+def load(encoder: str = DEFAULT_ENCODER) -> None:
+    """Load ``encoder`` now (once a process: the network and its ONNX Runtime session), not at a
+    stream's first voiced window."""
+    if encoder == "campplus":
+        from susurrus.speakers import campplus
+
+        campplus.load_campplus()
+        campplus.ort_campplus()
+    elif encoder == "ge2e":
+        load_encoder()
+        ort_encoder()
+    else:
+        raise ValueError(f"unknown speaker encoder {encoder!r}: one of {', '.join(ENCODERS)}")
+
+
 @torch.inference_mode()
-def embed_utterance(wav: np.ndarray) -> np.ndarray:
+def embed_utterance(wav: np.ndarray, encoder: str = DEFAULT_ENCODER) -> np.ndarray:
     """Resemblyzer's ``embed_utterance`` (rate 1.3, coverage 0.75): the normalised mean of the
-    partials' embeddings. ``wav`` as Resemblyzer gets it after its own preprocessing."""
+    partials' embeddings. ``wav`` as Resemblyzer gets it after its own preprocessing. Another
+    ``encoder``: the same partials, through it."""
     starts = partial_starts(len(wav))
     end = (starts[-1] + PARTIAL_FRAMES) * HOP
     wav = np.pad(np.asarray(wav, np.float32), (0, max(0, end - len(wav))))
+    if encoder != "ge2e":
+        partials = embed_partials([wav[s * HOP: s * HOP + PARTIAL_SAMPLES] for s in starts], encoder=encoder)
+        mean = partials.mean(0)
+        return mean / np.linalg.norm(mean)
     mel = mel_frames(wav)
     partials = load_encoder()(torch.stack([mel[s:s + PARTIAL_FRAMES] for s in starts])).numpy()
     mean = partials.mean(0)

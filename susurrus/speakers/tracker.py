@@ -98,7 +98,7 @@ class SpeakerTracker:
             self._add(due)
 
     def _add(self, due: list[tuple[float, float, np.ndarray]]) -> None:
-        embs = embed_partials([p for _, _, p in due])
+        embs = embed_partials([p for _, _, p in due], encoder=self.config.encoder)
         self.embedded += len(due)
         self.batches += 1
         for (a, b, _), e in zip(due, embs, strict=True):
@@ -172,7 +172,7 @@ class SpeakerTracker:
             raise RuntimeError("label_offline needs a tracker made with keep_all=True")
         self.flush()
         refs = list(self.refs.values())
-        ids = list(cluster_offline(np.stack([w.embedding for w in self.all]) if self.all else np.zeros((0, 256)),
+        ids = list(cluster_offline(np.stack([w.embedding for w in self.all]) if self.all else np.zeros((0, 1)),
                                    self.config, refs))
         names: dict[int, str] = {}
         ref_names = list(self.refs)
