@@ -1,6 +1,6 @@
 """Who spoke: speaker labels for streams and files.
 
-``encoder`` (Resemblyzer's GE2E network), ``cluster`` (online and offline clustering),
+``encoder`` (Resemblyzer's GE2E network; ``campplus``: CAM++, opt-in), ``cluster`` (online and offline clustering),
 ``tracker`` (a stream's embeddings and word labels), ``stream`` (the session's hook),
 ``offline`` (a whole file), ``references`` (enrolment clips), ``options`` (the command line),
 ``conversations`` + ``bench`` (the benchmark) and ``threshold`` (measuring the same-speaker

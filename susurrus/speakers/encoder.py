@@ -1,4 +1,4 @@
-"""The speaker encoder: Resemblyzer's pretrained GE2E network (Wan et al., "Generalized
+"""The speaker encoders. The default: Resemblyzer's pretrained GE2E network (Wan et al., "Generalized
 end-to-end loss for speaker verification", ICASSP 2018), its weights read from the
 ``resemblyzer`` package (PyPI, ``pretrained.pt``, ~17 MB) without importing it (its own
 preprocessing pulls librosa and webrtcvad; the network is small enough to run here).
@@ -6,7 +6,11 @@ preprocessing pulls librosa and webrtcvad; the network is small enough to run he
 The network: 40-channel mel power frames (25 ms Hann window, 10 ms hop at 16 kHz) through a
 3-layer LSTM (40 → 256), the last layer's final hidden state through Linear(256 → 256) and a
 ReLU, L2-normalised. One embedding reads a 1.6 s partial (160 frames). Equal to
-``resemblyzer.VoiceEncoder`` on the same audio (tests/test_speakers.py)."""
+``resemblyzer.VoiceEncoder`` on the same audio (tests/test_speakers.py).
+
+The other (``encoder="campplus"``, :mod:`~susurrus.speakers.campplus`): CAM++, opt-in: far
+better separated voices (equal-error rate on the shared data's 1.6 s partials 1.8 % against
+GE2E's 7.9 %) at ~4x the CPU a window (~62 ms against ~14 in batches, one core)."""
 
 from __future__ import annotations
 
@@ -196,8 +200,10 @@ def embed_utterance(wav: np.ndarray, encoder: str = DEFAULT_ENCODER) -> np.ndarr
     ``encoder``: the same partials, through it."""
     starts = partial_starts(len(wav))
     end = (starts[-1] + PARTIAL_FRAMES) * HOP
+    n = len(wav)
     wav = np.pad(np.asarray(wav, np.float32), (0, max(0, end - len(wav))))
-    if encoder != "ge2e":
+    if encoder != "ge2e":  # whole partials only (CAM++'s features are normalised over the piece)
+        starts = [s for s in starts if s * HOP + PARTIAL_SAMPLES <= n] or starts[:1]
         partials = embed_partials([wav[s * HOP: s * HOP + PARTIAL_SAMPLES] for s in starts], encoder=encoder)
         mean = partials.mean(0)
         return mean / np.linalg.norm(mean)
