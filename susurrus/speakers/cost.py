@@ -9,7 +9,10 @@
   conversations of ``susurrus bench --diarize``, looped to SECONDS (3600 by default), fed in
   0.64 s steps with the conversations' Silero VAD and a word labelled every step; RSS and the
   tracker's state (audio, windows kept, speakers' sums and recent embeddings, queue) every 5
-  minutes of audio."""
+  minutes of audio.
+- ``python -m susurrus.speakers.cost windows [AUDIO]``: each encoder (GE2E, CAM++ where its
+  weights are installed) on ONNX Runtime and torch, one thread: CPU ms (thread time) a 1.6 s
+  window, features included, in batches of 1, 2 and 4 (speech from AUDIO, JFK's by default)."""
 
 from __future__ import annotations
 
@@ -64,6 +67,32 @@ def stream_cost(path: str, seconds: float = 60.0, reps: int = 2) -> None:
             t = s.speakers
             extra = f"{spent[0] / dur:.4f} | {t.embedded} | {t.batches}" if t is not None else "| |"
             print(f"| {name} | {cpu / dur:.4f} | {extra} |", flush=True)
+
+
+def window_cost(path: str = "../shared/data/dev/audio/jfk_inaugural.wav", reps: int = 20) -> None:
+    import torch
+
+    from susurrus.audio.io import decode_audio
+    from susurrus.speakers.encoder import ENCODERS, PARTIAL_SAMPLES, SpeakerEncoderMissing, embed_partials
+
+    torch.set_num_threads(1)
+    x = decode_audio(path)
+    pieces = [x[i: i + PARTIAL_SAMPLES] for i in range(0, 4 * 8000, 8000)]
+    print("| encoder | runtime | batch | CPU ms a window |")
+    print("|---|---|---|---|")
+    for enc in ENCODERS:
+        for runtime in ("ort", "torch"):
+            for batch in (1, 2, 4):
+                try:
+                    embed_partials(pieces[:batch], runtime=runtime, encoder=enc)  # loaded, exported
+                except SpeakerEncoderMissing as e:
+                    print(f"| {enc} | {runtime} | | not installed: {e} |")
+                    break
+                t = time.thread_time()
+                for _ in range(reps):
+                    embed_partials(pieces[:batch], runtime=runtime, encoder=enc)
+                print(f"| {enc} | {runtime} | {batch} | {(time.thread_time() - t) / reps / batch * 1000:.1f} |",
+                      flush=True)
 
 
 def memory(seconds: float = 3600.0) -> None:
@@ -121,6 +150,8 @@ if __name__ == "__main__":
     what, *rest = sys.argv[1:] or ["memory"]
     if what == "stream":
         stream_cost(rest[0], *(float(x) for x in rest[1:2]))
+    elif what == "windows":
+        window_cost(*rest[:1])
     elif what == "memory":
         memory(*(float(x) for x in rest[:1]))
     else:
