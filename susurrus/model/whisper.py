@@ -377,7 +377,7 @@ class Whisper(nn.Module):
                                     dims.n_audio_head, dims.n_audio_layer)
         self.decoder = TextDecoder(dims.n_vocab, dims.n_text_ctx, dims.n_text_state,
                                    dims.n_text_head, dims.n_text_layer)
-        heads = torch.zeros(dims.n_text_layer, dims.n_text_head, dtype=torch.bool)
+        heads = torch.zeros(dims.n_text_layer, dims.n_text_head, dtype=torch.bool, device="cpu")
         heads[dims.n_text_layer // 2:] = True  # the reference's default: upper half of layers
         # a host tensor whatever the model's device: which heads to pick is Python's decision,
         # made without waiting on the device (indexing a device tensor with it is allowed)
