@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from susurrus.model import layers, whisper
+
 KEEP_BYTES = 512 << 20  # kept at most (tiny.en 21 MB a file, base 40 MB): the least recently used go
 
 
@@ -57,12 +59,9 @@ def _feed(h, value) -> None:
 
 def digest(encoder: torch.nn.Module, level: float) -> str:
     """What the silence encoding of ``encoder`` at ``level`` depends on, as a hex digest."""
-    from susurrus.model import layers, whisper
-    from susurrus.streaming import encoder as streaming_encoder
-
     h = hashlib.sha256()
-    for module in (whisper, layers, streaming_encoder):
-        h.update(Path(module.__file__).read_bytes())
+    for source in (whisper.__file__, layers.__file__, Path(__file__).with_name("encoder.py")):
+        h.update(Path(source).read_bytes())
     h.update(repr((level, torch.__version__, torch.backends.cpu.get_cpu_capability(),
                    torch.get_num_threads())).encode())
     for name, module in encoder.named_modules():
