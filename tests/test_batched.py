@@ -270,9 +270,9 @@ def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, de
     feed it): the worker's rounds carry several streams' calls, and each stream's text is what
     ``model.stream()`` gives alone; also when an idle worker waits 50 ms for a round to fill
     (``--batch-window-ms``: the worker waits the whole window each time it starts a round from
-    idle, ~25 times here, so 200 ms cost 5 s of waiting for the same rounds), and when due steps
-    are held to a 200 ms grid (``--step-grid-ms``: a held feed's later requests, the finish
-    among them, wait behind it)."""
+    idle, ~25 times with four streams, so 200 ms cost 5 s of waiting for the same rounds), and
+    when due steps are held to a 200 ms grid (``--step-grid-ms``: a held feed's later requests,
+    the finish among them, wait behind it)."""
     import threading
 
     from susurrus.server.workers.pool import WorkerPool, model_spec
