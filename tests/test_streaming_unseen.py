@@ -200,12 +200,27 @@ def test_offline_sampling_does_not_run_past_the_text_context(tiny):
     """With best_of > 1 the sampler counted the first sample's length only: a sample that ended
     early let the others run past the decoder's 448 positions and an empty slice crashed
     (IndexError in _sample; ``susurrus transcribe speechocean762_096350008.wav`` at its
-    fallback temperature 0.4, seeded, so this fails without the fix)."""
+    fallback temperature 0.4, seeded). The same seeded samples over that item's window with a
+    32-token budget: the first ends inside it and another does not, so without the fix they run
+    on to position 448 and crash (checked), and with it every sample stops at the budget (a
+    whole item's 224 tokens of five samples cost 13 s; the crash needs no more than this)."""
+    from susurrus.audio.features import log_mel_spectrogram, pad_or_trim
+    from susurrus.decoding.decode import DecodingOptions, build_prompt, decode_window
+
     path = DATA / "hard" / "audio" / "speechocean762_096350008.wav"
     if not path.exists():
         pytest.skip(f"real speech data absent: {path}")
-    segments, _ = tiny.transcribe(str(path), beam_size=1, temperature=(0.4,))
-    assert " ".join(s.text for s in segments).strip()
+    audio = decode_audio(str(path))
+    net, tokenizer = tiny.net, tiny.tokenizer
+    mel = log_mel_spectrogram(audio, net.dims.n_mels)
+    with torch.inference_mode():
+        features = net.embed_audio(pad_or_trim(mel[:, :len(audio) // 160])[None])
+    prompt = build_prompt(tokenizer, None, False, net.dims.n_text_ctx)
+    options = DecodingOptions(temperature=0.4, best_of=5, seed=0, sample_len=32)
+    results = decode_window(net, tokenizer, features, prompt, options)
+    assert len(results) == 5 and min(len(r.tokens) for r in results) < 32  # one sample ended early
+    assert max(len(r.tokens) for r in results) == 32  # and one ran to the budget, not past it
+    assert any(r.text for r in results)
 
 
 def test_reads_past_audio_is_a_continuation_that_reads_none_of_it():
