@@ -34,7 +34,12 @@ def cache_dir() -> Path | None:
     root = os.environ.get("SUSURRUS_CACHE_DIR", "")
     if root.lower() in ("off", "0", "none"):
         return None
-    return (Path(root) if root else Path.home() / ".cache" / "susurrus") / "silence"
+    if root:
+        return Path(root) / "silence"
+    try:
+        return Path.home() / ".cache" / "susurrus" / "silence"
+    except RuntimeError:  # no home directory to be found (a service account without one)
+        return None
 
 
 def _feed(h, value) -> None:
