@@ -112,19 +112,15 @@ def test_ray_gpus_per_replica():
 def test_half_dtypes_on_cpu(compute_type, jfk):
     """The GPU's dtypes run their code paths on the CPU (slowly): the whole model in the dtype,
     sane text offline, streaming alone and two streams stepped together. The CPU emulates both
-    dtypes (~50x float32's time), so each path runs on the shortest audio that shows it, and
-    the offline pass in one of them: bfloat16, a GPU's auto (its code takes no path of its own
-    per half dtype; float16's layers are the streams' too, and test_cuda_half runs offline in
-    both on a GPU). Offline greedy (the fallback's temperatures would only repeat the dtype's
-    code) on jfk up to "... can do for you" (8 s: the offline pass encodes a whole padded window
-    whatever the length, and on "And so, my fellow Americans" alone bfloat16 reads "am I
-    fellow"), the streams, alone and the pair, on "And so, my fellow Americans" (3.2 s; a
-    stream encodes only what it is fed)."""
+    dtypes (~50x float32's time), so each path runs on the shortest audio that shows it: offline
+    greedy (the fallback's temperatures would only repeat the dtype's code) on jfk up to "...
+    can do for you" (8 s: the offline pass encodes a whole padded window whatever the length,
+    and on "And so, my fellow Americans" alone bfloat16 reads "am I fellow"), the streams, alone
+    and the pair, on "And so, my fellow Americans" (3.2 s; a stream encodes only what it is fed)."""
     model = load_model("tiny.en", device="cpu", compute_type=compute_type)
     assert model.net.dtype == getattr(torch, compute_type) and model.device == "cpu"
-    if compute_type == "bfloat16":
-        text = offline(model, jfk[:16000 * 8], temperature=0.0)
-        assert "what your country can do" in normalize(text), text
+    text = offline(model, jfk[:16000 * 8], temperature=0.0)
+    assert "what your country can do" in normalize(text), text
     clip = jfk[:int(16000 * 3.2)]
     for text in [*streamed(model, clip, 1), *streamed(model, clip, 2)]:  # alone, then stepped together
         assert "my fellow americans" in normalize(text), text
