@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
+from susurrus import disk_cache
 from susurrus.audio.features import mel_filters
 
 SAMPLE_RATE = 16000
@@ -93,15 +93,12 @@ def partial_starts(n_samples: int, rate: float = 1.3, min_coverage: float = 0.75
     return starts
 
 
-ONNX_CACHE = Path.home() / ".cache" / "susurrus"
-
-
 @functools.lru_cache(maxsize=1)
 def ort_encoder():
     """The same network as an ONNX Runtime session on one thread, or None without ``onnx`` and
     ``onnxruntime``. Exported from :func:`load_encoder` by torch (~2 CPU-s, once: the graph is
-    kept in ``~/.cache/susurrus``, named by the weights' digest, and read from there after;
-    where that cannot be written, it is exported again per process). Same embeddings (within
+    kept in ``~/.cache/susurrus`` (:mod:`susurrus.disk_cache`), named by the weights' digest,
+    and read from there after; where that cannot be written, it is exported again per process). Same embeddings (within
     1e-4 of torch's, tests/test_speakers.py); a batch of windows costs less a window than torch's
     LSTM (2 windows: 15 vs 24 ms a window, 4: 13 vs 19 ms, one core)."""
     try:
@@ -113,10 +110,13 @@ def ort_encoder():
     import warnings
 
     digest = hashlib.sha1(weights_path().read_bytes()).hexdigest()[:16]
-    cached = ONNX_CACHE / f"speaker_encoder_{digest}.onnx"
+    root = disk_cache.root()
+    cached = None if root is None else root / f"speaker_encoder_{digest}.onnx"
     try:
-        graph = cached.read_bytes()
+        graph = cached.read_bytes() if cached else None
     except OSError:
+        graph = None
+    if graph is None:
         try:
             import onnx  # noqa: F401  (torch's exporter needs it; imported only here: ~1-4 s)
         except ImportError:
@@ -127,13 +127,8 @@ def ort_encoder():
             torch.onnx.export(load_encoder(), (torch.zeros(1, PARTIAL_FRAMES, 40),), buf, input_names=["mels"],
                               output_names=["embedding"], dynamic_axes={"mels": {0: "batch"}}, dynamo=False)
         graph = buf.getvalue()
-        try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(graph)
-            tmp.replace(cached)
-        except OSError:
-            pass
+        if cached:
+            disk_cache.write_whole(cached, lambda tmp: tmp.write_bytes(graph))
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     opts.log_severity_level = 3

@@ -24,22 +24,17 @@ from pathlib import Path
 
 import torch
 
+from susurrus import disk_cache
 from susurrus.model import layers, whisper
 
 KEEP_BYTES = 512 << 20  # kept at most (tiny.en 21 MB a file, base 40 MB): the least recently used go
 
 
 def cache_dir() -> Path | None:
-    """Where the silence encodings are kept; None when ``SUSURRUS_CACHE_DIR=off``."""
-    root = os.environ.get("SUSURRUS_CACHE_DIR", "")
-    if root.lower() in ("off", "0", "none"):
-        return None
-    if root:
-        return Path(root) / "silence"
-    try:
-        return Path.home() / ".cache" / "susurrus" / "silence"
-    except RuntimeError:  # no home directory to be found (a service account without one)
-        return None
+    """Where the silence encodings are kept (:func:`susurrus.disk_cache.root`'s ``silence``);
+    None when keeping is switched off."""
+    root = disk_cache.root()
+    return None if root is None else root / "silence"
 
 
 def _feed(h, value) -> None:
@@ -92,20 +87,18 @@ def load(key: str):
 
 
 def save(key: str, made) -> None:
-    """Keep ``made`` for ``key`` (written whole, then renamed: a reader never sees half a file);
-    where the folder cannot be written, nothing is kept."""
+    """Keep ``made`` for ``key`` (:func:`susurrus.disk_cache.write_whole`), then remove the least
+    recently used beyond :data:`KEEP_BYTES`; where the folder cannot be written, nothing is kept."""
     folder = cache_dir()
     if folder is None:
         return
+    if not disk_cache.write_whole(folder / f"{key}.pt", lambda tmp: torch.save(made, tmp)):
+        return
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f"{key}.{os.getpid()}.tmp"
-        torch.save(made, tmp)
-        tmp.replace(folder / f"{key}.pt")
         total = 0
         for path in sorted(folder.glob("*.pt"), key=lambda p: p.stat().st_mtime, reverse=True):
             total += path.stat().st_size
             if total > KEEP_BYTES:
                 path.unlink(missing_ok=True)
-    except OSError:
+    except OSError:  # another process removed one meanwhile: its own save trims again
         pass
