@@ -150,14 +150,15 @@ def _alone(model, audio: np.ndarray, piece: int, settings: dict) -> list:
 
 @pytest.mark.slow
 def test_streams_stepped_together_equal_each_stream_alone(tiny, dev_items, hard_items):
-    """Nine real recordings of different lengths (dev and hard: accents, noise, telephone band),
-    two of them with turn detection, fed in pieces of different sizes and started at different
-    times, stepped together: each stream commits the words (text and times) it commits alone."""
+    """Seven real recordings of different lengths (1.9 s to 10 s; dev and hard: accents, noise,
+    telephone band), two of them with turn detection, fed in pieces of different sizes and
+    started at different times, stepped together: each stream commits the words (text and
+    times) it commits alone."""
     english = [item for item in dev_items if item.language == "en"]
-    items = english[:3] + [english[-3], english[-1]] + hard_items[:: max(1, len(hard_items) // 4)][:4]
+    items = english[:2] + [english[-3], english[-1]] + hard_items[:: max(1, len(hard_items) // 4)][:3]
     audios = [decode_audio(item.audio) for item in items]
     pieces = [1600, 2400, 800, 4000, 1600]
-    settings = [dict(turns=TurnConfig()) if k in (2, 7) else {} for k in range(len(items))]
+    settings = [dict(turns=TurnConfig()) if k in (2, 6) else {} for k in range(len(items))]
     batch = tiny.streams()
     streams = [batch.stream(**s) for s in settings]
     starts = [3 * k * 1600 for k in range(len(items))]  # later streams join while others run
@@ -177,8 +178,8 @@ def test_streams_stepped_together_equal_each_stream_alone(tiny, dev_items, hard_
         alone = _alone(tiny, audio, pieces[k % len(pieces)], settings[k])
         assert [w.word for w in stream.words] == [w.word for w in alone], items[k].id
         assert np.allclose([w.start for w in stream.words], [w.start for w in alone], atol=0.021)
-    assert sum(len(s.words) for s in streams) > 100
-    assert batch.calls_per_round > 1.5  # the streams' calls did share rounds (1.95 here)
+    assert sum(len(s.words) for s in streams) > 75  # (88 words)
+    assert batch.calls_per_round > 1.5  # the streams' calls did share rounds (1.96 here)
     # what each kind of call cost: every call counted once, packed calls fewer passes than calls
     costs = batch.costs
     assert {"EncodeFrames", "DecodeTokens", "CrossKV", "VadFrames"} <= set(costs)
@@ -265,18 +266,18 @@ def test_an_urgent_generator_runs_its_rounds_before_the_others(tiny):
 @pytest.mark.slow
 @pytest.mark.parametrize("window_ms, grid_ms", [(0.0, 0.0), (50.0, 0.0), (0.0, 200.0)])
 def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, dev_items, window_ms, grid_ms):
-    """One worker process, four streams fed at once from four threads (as the server's sessions
+    """One worker process, three streams fed at once from three threads (as the server's sessions
     feed it): the worker's rounds carry several streams' calls, and each stream's text is what
     ``model.stream()`` gives alone; also when an idle worker waits 50 ms for a round to fill
     (``--batch-window-ms``: the worker waits the whole window each time it starts a round from
-    idle, ~25 times here, so 200 ms cost 5 s of waiting for the same rounds), and when due steps
-    are held to a 200 ms grid (``--step-grid-ms``: a held feed's later requests, the finish
-    among them, wait behind it)."""
+    idle, ~25 times with four streams, so 200 ms cost 5 s of waiting for the same rounds), and
+    when due steps are held to a 200 ms grid (``--step-grid-ms``: a held feed's later requests,
+    the finish among them, wait behind it)."""
     import threading
 
     from susurrus.server.workers.pool import WorkerPool, model_spec
 
-    english = [item for item in dev_items if item.language == "en"][:4]
+    english = [item for item in dev_items if item.language == "en"][:3]
     audios = [decode_audio(item.audio)[: 4 * SR] for item in english]  # 4 s: 3 or 4 commits each (one is 1.9 s)
     with WorkerPool(model_spec(tiny, 1, window_ms=window_ms, grid_ms=grid_ms), 1) as pool:
         streams = [pool.stream() for _ in audios]
@@ -319,7 +320,7 @@ def test_bench_streams_items_together_with_the_same_results(tiny, dev_items, tmp
     from susurrus.evaluation import bench
     from susurrus.streaming.config import stream_config
 
-    items = [item for item in dev_items if item.language == "en" and item.duration_s < 6][:3]
+    items = [item for item in dev_items if item.language == "en" and item.duration_s < 5][:3]  # 1.8 to 4.5 s
     config = stream_config("medium", language="en")
     cache = str(tmp_path / "offline.json")
     (alone,) = bench.run(tiny, items, [config], progress=False, offline_cache=cache)
@@ -393,8 +394,9 @@ def test_layers_split_from_a_packed_pass_multiply_each_row_alone(tiny_float32):
             assert torch.allclose(out, ref, atol=1e-5)
 
 
+# bf16: 4 s (18 words), its encoder's products emulated on a CPU without bf16 instructions
 @pytest.mark.parametrize(("compute_type", "seconds", "shift_s"),
-                         [("int8_encoder", 6, 0.25), ("bf16_encoder", 6, 0.021)])
+                         [("int8_encoder", 6, 0.25), ("bf16_encoder", 4, 0.021)])
 @pytest.mark.slow
 def test_row_by_row_parts_keep_batching_exact(dev_item, tiny, compute_type, seconds, shift_s):
     """An int8 encoder (dynamic quantisation: each pass quantises its input as a whole) runs its

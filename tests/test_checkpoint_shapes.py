@@ -12,6 +12,7 @@ alignment heads, that decoding ends, that stream events are well formed.
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from dataclasses import asdict, replace
@@ -88,6 +89,13 @@ def need_bpe(n_vocab: int) -> None:
         pytest.skip(f"{package} is not installed (pip install -e '.[dev]')")
 
 
+@functools.cache
+def built_tokenizer(n_vocab: int) -> tuple[str, str]:
+    """``tokenizer_json`` with no tokenizer file at hand (the embedded BPE, the specials laid out
+    for ``n_vocab``): built once per size for this file's checkpoints and checks (~0.5 s each)."""
+    return tokenizer_json(Path("/nonexistent"), n_vocab)
+
+
 def random_net(dims: ModelDims, seed: int = 0) -> Whisper:
     """A randomly initialised Whisper. The token embedding is small beside the learned positions
     (as in trained models): with both at N(0, 1) the tied output just repeats its input token,
@@ -119,7 +127,7 @@ def write_hf(net: Whisper, directory: Path, tokenizer: str | None, weights: str 
     fine-tunes saved with the slow WhisperTokenizer) or None (a trainer checkpoint: weights and
     config only). ``weights``: model.safetensors or pytorch_model.bin (float16)."""
     need_bpe(net.dims.n_vocab)
-    text, _ = tokenizer_json(Path("/nonexistent"), net.dims.n_vocab)
+    text, _ = built_tokenizer(net.dims.n_vocab)
     export_hf(LoadedModel(net, text, None, "random"), directory)
     (directory / "tokenizer.json").unlink()
     if weights == "bin":
@@ -242,7 +250,7 @@ def test_tokenizer_built_for_each_vocabulary_size(n_vocab):
     """No tokenizer file at hand: the special tokens are laid out for the vocabulary size
     (51866: <|yue|> after <|su|> moves every later special by one)."""
     need_bpe(n_vocab)
-    text, origin = tokenizer_json(Path("/nonexistent"), n_vocab)
+    text, origin = built_tokenizer(n_vocab)
     tok = Tokenizer.from_json(text, multilingual=n_vocab > 51864)
     expected = SPECIAL_IDS[n_vocab]
     for name in ("eot", "sot", "translate", "transcribe", "sot_lm", "sot_prev", "no_speech", "no_timestamps",
@@ -273,7 +281,7 @@ def test_tokenizer_json_of_another_vocabulary_is_relaid(tmp_path):
     """large-v2's tokenizer.json beside large-v3 weights: its BPE is right, its specials are
     one off from <|yue|> on: a warning, and the specials where the weights have them."""
     need_bpe(51865)
-    v2, _ = tokenizer_json(Path("/nonexistent"), 51865)
+    v2, _ = built_tokenizer(51865)
     (tmp_path / "tokenizer.json").write_text(v2, encoding="utf-8")
     with pytest.warns(UserWarning, match="does not fit"):
         text, origin = tokenizer_json(tmp_path, 51866)

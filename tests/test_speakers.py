@@ -158,7 +158,7 @@ def test_onnx_runtime_encoder_equals_torch(clip, tmp_path, monkeypatch):
     audio, _ = clip
     pieces = [audio[i: i + enc.PARTIAL_SAMPLES] for i in range(0, 8 * 16000, 16000)]
     theirs = enc.embed_partials(pieces, runtime="torch")
-    monkeypatch.setattr(enc, "ONNX_CACHE", tmp_path)
+    monkeypatch.setenv("SUSURRUS_CACHE_DIR", str(tmp_path))
     try:
         for _ in range(2):  # exported and written, then read back
             enc.ort_encoder.cache_clear()

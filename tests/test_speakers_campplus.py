@@ -49,7 +49,7 @@ def test_onnx_runtime_campplus_equals_torch(clip, tmp_path, monkeypatch):
     audio, change = clip
     pieces = [audio[i: i + enc.PARTIAL_SAMPLES] for i in range(0, 16 * 16000, 16000)]
     theirs = enc.embed_partials(pieces, runtime="torch", encoder="campplus")
-    monkeypatch.setattr(enc, "ONNX_CACHE", tmp_path)
+    monkeypatch.setenv("SUSURRUS_CACHE_DIR", str(tmp_path))
     try:
         cp.ort_campplus.cache_clear()
         ours = enc.embed_partials(pieces, runtime="ort", encoder="campplus")

@@ -58,15 +58,17 @@ def _reference(model, name: str, audio: np.ndarray) -> tuple:
     return _OFFLINE[key]
 
 
-def _longest_wait(model, name: str, phase_ms: int, latency: str | None = None, threads: int | None = None):
+def _longest_wait(model, name: str, phase_ms: int, latency: str | None = None, threads: int | None = None,
+                  reference: bool = True):
     """A hard item streamed at ``phase_ms`` (and the ``latency`` preset, on ``threads`` torch
     threads): the stream, the offline text, the longest commit delay over the offline words, and
-    its bar (3 s beyond the setting's own delay)."""
+    its bar (3 s beyond the setting's own delay). ``reference=False``: the stream alone (the
+    offline text and the wait None), for a test that reads neither (an offline transcription
+    with word times costs a padded 30 s encode)."""
     path = DATA / "hard" / "audio" / f"{name}.wav"
     if not path.exists():
         pytest.skip(f"real speech data absent: {path}")
     audio = decode_audio(str(path))
-    offline_text, offline_words = _reference(model, name, audio)
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
     try:
@@ -75,6 +77,9 @@ def _longest_wait(model, name: str, phase_ms: int, latency: str | None = None, t
         torch.set_num_threads(before)
     cfg = stream.config
     bar = 3.0 + (cfg.chunk_ms + cfg.commit_margin_ms) / 1000
+    if not reference:
+        return stream, None, None, bar
+    offline_text, offline_words = _reference(model, name, audio)
     return stream, offline_text, max(commit_delays(stream.words, offline_words, len(audio) / SR)), bar
 
 
@@ -200,12 +205,27 @@ def test_offline_sampling_does_not_run_past_the_text_context(tiny):
     """With best_of > 1 the sampler counted the first sample's length only: a sample that ended
     early let the others run past the decoder's 448 positions and an empty slice crashed
     (IndexError in _sample; ``susurrus transcribe speechocean762_096350008.wav`` at its
-    fallback temperature 0.4, seeded, so this fails without the fix)."""
+    fallback temperature 0.4, seeded). The same seeded samples over that item's window with a
+    32-token budget: the first ends inside it and another does not, so without the fix they run
+    on to position 448 and crash (checked), and with it every sample stops at the budget (a
+    whole item's 224 tokens of five samples cost 13 s; the crash needs no more than this)."""
+    from susurrus.audio.features import log_mel_spectrogram, pad_or_trim
+    from susurrus.decoding.decode import DecodingOptions, build_prompt, decode_window
+
     path = DATA / "hard" / "audio" / "speechocean762_096350008.wav"
     if not path.exists():
         pytest.skip(f"real speech data absent: {path}")
-    segments, _ = tiny.transcribe(str(path), beam_size=1, temperature=(0.4,))
-    assert " ".join(s.text for s in segments).strip()
+    audio = decode_audio(str(path))
+    net, tokenizer = tiny.net, tiny.tokenizer
+    mel = log_mel_spectrogram(audio, net.dims.n_mels)
+    with torch.inference_mode():
+        features = net.embed_audio(pad_or_trim(mel[:, :len(audio) // 160])[None])
+    prompt = build_prompt(tokenizer, None, False, net.dims.n_text_ctx)
+    options = DecodingOptions(temperature=0.4, best_of=5, seed=0, sample_len=32)
+    results = decode_window(net, tokenizer, features, prompt, options)
+    assert len(results) == 5 and min(len(r.tokens) for r in results) < 32  # one sample ended early
+    assert max(len(r.tokens) for r in results) == 32  # and one ran to the budget, not past it
+    assert any(r.text for r in results)
 
 
 def test_reads_past_audio_is_a_continuation_that_reads_none_of_it():
@@ -272,7 +292,7 @@ def test_a_window_s_last_word_timed_after_the_speech_is_kept(tiny):
     2.10 s, p 0.99) but DTW timed " you." at 2.58-2.60 s, squeezed against the end of the
     audio after the speech, and the guard against words invented in the silence after speech
     dropped it: "Go to her, I tell". Where the word was read says it was heard."""
-    stream, *_ = _longest_wait(tiny, "speechocean762_034120002", 0)
+    stream, *_ = _longest_wait(tiny, "speechocean762_034120002", 0, reference=False)
     assert stream.text.split()[-1].strip(".,").lower() == "you", stream.text
     assert not stream.dropped, [(w.word, w.start, w.end) for w in stream.dropped]
 
@@ -284,7 +304,7 @@ def test_a_window_s_end_read_again_is_not_kept_as_heard(tiny, phase_ms):
     the second "but only one here." read over the frames the first was read at (the second
     " here" at the same frame) and timed after the speech. Where a word was read is evidence it
     was heard only where the attention moved on past the words before it."""
-    stream, *_ = _longest_wait(tiny, "speechocean762_011810246", phase_ms)
+    stream, *_ = _longest_wait(tiny, "speechocean762_011810246", phase_ms, reference=False)
     assert stream.text.lower().count("only one here") == 1, stream.text
 
 

@@ -71,21 +71,41 @@ def test_words_on_both_sides_of_a_long_pause_and_compute_follows_speech(tiny, de
     assert steps_gap <= 2000 // stream.config.chunk_ms + 2
 
 
+# Three utterances, 1.5 s of silence after each, streamed with server-VAD turns (plain, and with
+# ``semantic_turns``): computed once per module, the turn tests below read the same runs.
+TURN_ITEMS = ("ljspeech_LJ001-0002", "ljspeech_LJ001-0015", "ljspeech_LJ001-0017")
+_TURN_RUNS: dict[tuple[int, bool], tuple] = {}
+
+
+def _turn_items(dev_items) -> list:
+    picked = sorted((i for i in dev_items if i.id in TURN_ITEMS), key=lambda i: TURN_ITEMS.index(i.id))
+    assert len(picked) == 3
+    return picked
+
+
+def _turn_run(tiny, dev_items, semantic: bool) -> tuple:
+    """The stream and its events over ``TURN_ITEMS``, each followed by 1.5 s of silence, with
+    turns (and ``semantic_turns`` when ``semantic``), and each utterance's (start, end) in it."""
+    key = (id(tiny), semantic)
+    if key not in _TURN_RUNS:
+        gap = np.zeros(int(1.5 * SR), np.float32)
+        pieces, bounds, t = [], [], 0.0
+        for item in _turn_items(dev_items):
+            audio = decode_audio(item.audio)
+            pieces += [audio, gap]
+            bounds.append((t, t + len(audio) / SR))
+            t += (len(audio) + len(gap)) / SR
+        stream, events = _run(tiny, np.concatenate(pieces), turns=TurnConfig(), semantic_turns=semantic)
+        _TURN_RUNS[key] = (stream, events, bounds)
+    return _TURN_RUNS[key]
+
+
 @pytest.mark.slow
 def test_speech_turns_open_and_close_with_the_utterances(tiny, dev_items):
-    # three short utterances (1.9, 1.8 and 2.6 s): each turn opens, closes and carries its words
-    # as a longer one does, in 10.8 s of stream rather than 17
-    ids = ("ljspeech_LJ001-0002", "ljspeech_LJ001-0008", "ljspeech_LJ001-0013")
-    picked = sorted((i for i in dev_items if i.id in ids), key=lambda i: ids.index(i.id))
-    assert len(picked) == 3
-    gap = np.zeros(int(1.5 * SR), np.float32)
-    pieces, bounds, t = [], [], 0.0
-    for item in picked:
-        audio = decode_audio(item.audio)
-        pieces += [audio, gap]
-        bounds.append((t, t + len(audio) / SR))
-        t += (len(audio) + len(gap)) / SR
-    stream, events = _run(tiny, np.concatenate(pieces), turns=TurnConfig())
+    # three utterances (1.9, 9.2 and 7.0 s): each turn opens, closes and carries its words (the
+    # plain run of the semantic-turns test below: one stream for both)
+    picked = _turn_items(dev_items)
+    stream, events, bounds = _turn_run(tiny, dev_items, semantic=False)
     kinds = [type(e) for e in events if isinstance(e, (SpeechStarted, SpeechStopped, TurnEnded))]
     assert kinds == [SpeechStarted, SpeechStopped, TurnEnded] * 3
     turns = [e for e in events if isinstance(e, TurnEnded)]
@@ -97,7 +117,6 @@ def test_speech_turns_open_and_close_with_the_utterances(tiny, dev_items):
         assert all(t0 - 0.5 <= w.start and w.end <= t1 + 0.5 for w in turn.words)
     # each turn's words were committed (and emitted) before its TurnEnded, none after
     assert " ".join(t.text for t in turns) == stream.text.strip()
-
 
 
 def test_a_turn_after_a_full_stop_starts_with_a_capital(tiny):
@@ -120,14 +139,10 @@ def test_semantic_turns_end_sooner_after_a_sure_sentence_end_and_change_no_text(
     ends a sentence the decoder is sure of closes after 350 ms of silence instead of 500; one it
     is unsure of ("modern." here) waits the full 500. Reading the text changes nothing else: the
     same turns with the same words as plain server_vad."""
-    ids = ("ljspeech_LJ001-0002", "ljspeech_LJ001-0015", "ljspeech_LJ001-0017")
-    picked = sorted((i for i in dev_items if i.id in ids), key=lambda i: ids.index(i.id))
-    assert len(picked) == 3
-    gap = np.zeros(int(1.5 * SR), np.float32)
-    audio = np.concatenate([x for item in picked for x in (decode_audio(item.audio), gap)])
+    picked = _turn_items(dev_items)
     runs = {}
     for semantic in (False, True):
-        _, events = _run(tiny, audio, turns=TurnConfig(), semantic_turns=semantic)
+        _, events, _ = _turn_run(tiny, dev_items, semantic)
         stops = [e for e in events if isinstance(e, SpeechStopped)]
         runs[semantic] = ([e.audio_end_ms - e.speech_end_ms for e in stops],
                           [e.text for e in events if isinstance(e, TurnEnded)])

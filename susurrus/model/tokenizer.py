@@ -13,6 +13,8 @@ from pathlib import Path
 
 import tokenizers
 
+from susurrus.model.vocabulary import parse_tokenizer
+
 TIME_PRECISION = 0.02  # seconds per timestamp token
 
 
@@ -32,7 +34,7 @@ class Tokenizer:
     def from_json(cls, text: str, multilingual: bool, language: str | None = None,
                   task: str = "transcribe") -> Tokenizer:
         """From a ``tokenizer.json``'s text (``LoadedModel.tokenizer_json``)."""
-        return cls(tokenizers.Tokenizer.from_str(text), multilingual,
+        return cls(parse_tokenizer(text), multilingual,
                    language if multilingual else "en", task if multilingual else "transcribe")
 
     def with_options(self, language: str | None, task: str) -> Tokenizer:

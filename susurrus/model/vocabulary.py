@@ -25,6 +25,7 @@ for English-only, base for multilingual) with the specials laid out for ``n_voca
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import warnings
@@ -90,6 +91,14 @@ def layout(n_vocab: int) -> Layout | None:
     return found
 
 
+@functools.lru_cache(maxsize=8)
+def parse_tokenizer(text: str) -> tokenizers.Tokenizer:
+    """A ``tokenizer.json``'s text parsed once per process (~0.1 s a time: a load checked it and
+    parsed it again, and every load of the same model parsed it anew). Shared: the tokenizer is
+    only read (encode, decode, ids), never configured."""
+    return tokenizers.Tokenizer.from_str(text)
+
+
 def mismatches(tok: tokenizers.Tokenizer, lay: Layout) -> list[str]:
     """The special tokens ``tok`` places elsewhere than ``lay`` does (empty when it fits)."""
     wrong = []
@@ -123,7 +132,7 @@ def build(vocab: dict[str, int], merges: list, lay: Layout) -> str:
                   "vocab": {**text_vocab, "<|endoftext|>": lay.eot}, "merges": pairs},
     }
     text = json.dumps(spec, ensure_ascii=False)
-    wrong = mismatches(tokenizers.Tokenizer.from_str(text), lay)
+    wrong = mismatches(parse_tokenizer(text), lay)
     if wrong:  # the BPE files held some specials at other ids
         raise ValueError(f"built tokenizer does not fit: {'; '.join(wrong[:3])}")
     return text
@@ -170,7 +179,7 @@ def tokenizer_json(directory: Path, n_vocab: int) -> tuple[str, str]:
     own = directory / "tokenizer.json"
     if own.is_file():
         text = own.read_text(encoding="utf-8")
-        wrong = mismatches(tokenizers.Tokenizer.from_str(text), lay) if lay else []
+        wrong = mismatches(parse_tokenizer(text), lay) if lay else []
         if not wrong:
             return text, str(own)
         # a tokenizer of another Whisper vocabulary (large-v2's beside large-v3 weights): its BPE

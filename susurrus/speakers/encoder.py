@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
+from susurrus import disk_cache
 from susurrus.audio.features import mel_filters
 
 SAMPLE_RATE = 16000
@@ -102,14 +102,12 @@ def partial_starts(n_samples: int, rate: float = 1.3, min_coverage: float = 0.75
     return starts
 
 
-ONNX_CACHE = Path.home() / ".cache" / "susurrus"
-
-
 def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str, input_name: str):
     """``net`` as an ONNX Runtime session on one thread (``input_name``, batch axis dynamic), or
     None without ``onnx`` and ``onnxruntime``. Exported by torch (a few CPU-s, once: the graph is
-    kept in ``~/.cache/susurrus`` as ``STEM_DIGEST.onnx``, named by the weights' digest, and read
-    from there after; where that cannot be written, it is exported again per process)."""
+    kept in the disk cache, :mod:`susurrus.disk_cache`, as ``STEM_DIGEST.onnx``, named by the
+    weights' digest, and read from there after; where that cannot be written, it is exported
+    again per process)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -119,10 +117,13 @@ def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str,
     import warnings
 
     digest = hashlib.sha1(weights.read_bytes()).hexdigest()[:16]
-    cached = ONNX_CACHE / f"{stem}_{digest}.onnx"
+    root = disk_cache.root()
+    cached = None if root is None else root / f"{stem}_{digest}.onnx"
     try:
-        graph = cached.read_bytes()
+        graph = cached.read_bytes() if cached else None
     except OSError:
+        graph = None
+    if graph is None:
         try:
             import onnx  # noqa: F401  (torch's exporter needs it; imported only here: ~1-4 s)
         except ImportError:
@@ -133,13 +134,8 @@ def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str,
             torch.onnx.export(net, (example,), buf, input_names=[input_name], output_names=["embedding"],
                               dynamic_axes={input_name: {0: "batch"}}, dynamo=False)
         graph = buf.getvalue()
-        try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(graph)
-            tmp.replace(cached)
-        except OSError:
-            pass
+        if cached:
+            disk_cache.write_whole(cached, lambda tmp: tmp.write_bytes(graph))
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     opts.log_severity_level = 3

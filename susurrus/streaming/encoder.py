@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from susurrus.audio.features import DYNAMIC_RANGE
 from susurrus.model.caches import KV, EncoderCache
 from susurrus.model.whisper import Whisper
+from susurrus.streaming import silence_cache
 from susurrus.streaming.calls import EncodeFrames, Steps, drive
 from susurrus.streaming.config import SILENCE_LEVEL
 
@@ -125,11 +126,18 @@ def silence_encoding(net: Whisper, level: float = SILENCE_LEVEL) -> tuple[list[K
     output (1, n_audio_ctx, width), which is ``net.encoder(mel)`` exactly. One pass gives both (a
     full window's encode, ~0.4 s with tiny on one core). Digital silence's is a constant of the
     weights, made on first use and kept on the encoder (as the decoder keeps its transposed
-    output weight); another level (diagnostics) is computed each time."""
+    output weight), and on a CPU kept on disk for the next process (:mod:`silence_cache`);
+    another level (diagnostics) is computed each time."""
     enc = net.encoder
     kept = level == SILENCE_LEVEL
     made = getattr(enc, "silence_encoding", None) if kept else None
-    if made is None:
+    if made is not None:
+        return made
+    key = silence_cache.digest(enc, level) if kept and net.device.type == "cpu" else None
+    on_disk = silence_cache.load(key) if key else None
+    if on_disk is not None:
+        made = ([KV(k, v) for k, v in zip(on_disk["k"], on_disk["v"])], on_disk["out"])
+    else:
         mel = torch.full((1, net.dims.n_mels, 2 * net.dims.n_audio_ctx), level)
         x = enc.stem(mel.to(device=net.device, dtype=enc.conv1.weight.dtype))
         x = x + enc.positional_embedding[: x.shape[1]].to(x.dtype)
@@ -139,8 +147,11 @@ def silence_encoding(net: Whisper, level: float = SILENCE_LEVEL) -> tuple[list[K
                 x, kv, _ = block(x, None)
                 keys.append(kv)
             made = (keys, enc.ln_post(x))
-        if kept:
-            enc.silence_encoding = made
+        if key:
+            silence_cache.save(key, {"k": [kv.k.clone() for kv in keys], "v": [kv.v.clone() for kv in keys],
+                                     "out": made[1].clone()})
+    if kept:
+        enc.silence_encoding = made
     return made
 
 
