@@ -75,7 +75,7 @@ def test_campplus_tracker_labels_two_voices_and_an_enrolled_one(clip, dev_item):
         assert tracker.config.threshold == 0.31 and tracker.config.centroid_threshold == 0.33
         tracker.push(audio)
         assert tracker.label(spans) == want
-        assert tracker.clusters.sums[0].shape == (192,)
+        assert tracker.windows[0].embedding.shape == (192,)
 
 
 def test_an_unknown_encoder_is_refused():

@@ -26,6 +26,7 @@ import numpy as np
 
 from susurrus.speakers import conversations as conv_mod
 from susurrus.speakers.cluster import SpeakerConfig
+from susurrus.speakers.encoder import DEFAULT_ENCODER
 from susurrus.speakers.tracker import SpeakerTracker
 
 PIECE_S = 0.5
@@ -133,7 +134,7 @@ def _plain_text(model, conv) -> str:
 
 
 def main(data_root: Path, model=None, asr: int = 0, lag: float = 1.0, out=print, only: Sequence[str] = (),
-         limit: int | None = None, seed: int = conv_mod.SEED, encoder: str = "ge2e") -> dict:
+         limit: int | None = None, seed: int = conv_mod.SEED, encoder: str = DEFAULT_ENCODER) -> dict:
     """Print the tables; ``asr``: also stream the first ``asr`` conversations of each set;
     ``only``: these sets; ``limit``: the first conversations of each set; ``seed``: the set
     built from this seed (:func:`~susurrus.speakers.conversations.build`; another seed, a
@@ -193,5 +194,5 @@ def cli_main(args) -> int:
         import susurrus
 
         model = susurrus.load_model(args.model, threads=args.threads, compute_type=args.compute_type)
-    main(Path(args.inputs[0]), model, asr=args.diarize_asr)
+    main(Path(args.inputs[0]), model, asr=args.diarize_asr, encoder=args.speaker_encoder)
     return 0

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from susurrus.speakers.settings import DEFAULT_ENCODER
+
 SAME_SPEAKER = 0.58  # cosine similarity; see the module docstring (measured: 0.582, EER 7.9 %)
 SAME_CENTROID = 0.68  # an embedding against a speaker's centroid (measured: 0.684, EER 1.0 %)
 # the same two equal-error points per encoder (``python -m susurrus.speakers.threshold --encoder
@@ -41,7 +43,7 @@ class SpeakerConfig:
     max_speakers: int | None = None
     threshold: float | None = None
     centroid_threshold: float | None = None
-    encoder: str = "ge2e"
+    encoder: str = DEFAULT_ENCODER
 
     def __post_init__(self) -> None:
         if self.encoder not in THRESHOLDS:
@@ -221,3 +223,84 @@ def _match_refs(embeddings: np.ndarray, labels: np.ndarray, refs: list[np.ndarra
             mapping[int(cid)] = nxt
             nxt += 1
     return np.array([mapping[int(c)] for c in labels])
+
+
+@dataclass
+class Reclustered:
+    """Online speakers by clustering again: every window heard so far (the last ``RECENT``, and
+    up to ``EXEMPLARS`` older ones per speaker) is clustered offline (:func:`cluster_offline`,
+    the same average linkage a whole file gets) whenever labels are asked for and new windows
+    have come, and each cluster keeps the speaker id most of its windows had before (a cluster
+    that matches none is a new speaker). A stream so decides as a whole file would, from what
+    it has heard: a close second voice is a cluster of its own once its windows are together
+    farther from the first voice's than the threshold, which a window-by-window decision against
+    a drifting centroid missed. Ids: enrolled references ``0..R-1``, then in order of opening.
+    Words already labelled keep their labels (the tracker's rule); only the windows' ids move.
+
+    ``windows``: objects with ``embedding`` and a writable ``cluster`` (the tracker's windows)."""
+
+    config: SpeakerConfig
+    refs: list[np.ndarray] = field(default_factory=list)
+    recent: deque = field(default_factory=deque)
+    exemplars: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    seen: dict[int, int] = field(default_factory=dict)  # windows each speaker has had (for reservoir sampling)
+    next_id: int = 0
+    dirty: bool = False
+
+    RECENT = 240  # 4 minutes of continuous speech at a 1 s hop: re-clustering stays ~5 ms
+    EXEMPLARS = 16
+
+    def __post_init__(self) -> None:
+        self.next_id = len(self.refs)
+        self.rng = np.random.default_rng(0)
+
+    def add(self, window) -> None:
+        self.recent.append(window)
+        self.dirty = True
+        if len(self.recent) > self.RECENT:
+            old = self.recent.popleft()
+            if old.cluster >= 0:  # a speaker's older windows: a fixed-size uniform sample of them
+                keep, n = self.exemplars.setdefault(old.cluster, []), self.seen.get(old.cluster, 0)
+                self.seen[old.cluster] = n + 1
+                if len(keep) < self.EXEMPLARS:
+                    keep.append(old.embedding)
+                else:
+                    j = int(self.rng.integers(0, n + 1))
+                    if j < self.EXEMPLARS:
+                        keep[j] = old.embedding
+
+    def update(self) -> None:
+        """Cluster again when windows came since the last time; sets each recent window's
+        ``cluster`` to its speaker id."""
+        if not self.dirty or not self.recent:
+            return
+        self.dirty = False
+        old = [(k, e) for k, es in self.exemplars.items() for e in es]
+        embs = np.stack([e for _, e in old] + [w.embedding for w in self.recent])
+        before = [k for k, _ in old] + [w.cluster for w in self.recent]
+        ids = cluster_offline(embs, self.config, self.refs)
+        votes: dict[tuple[int, int], int] = {}
+        for c, k in zip(ids, before, strict=True):
+            if k >= len(self.refs) and c >= len(self.refs):  # reference matches are fixed
+                votes[(int(c), k)] = votes.get((int(c), k), 0) + 1
+        mapping = {c: c for c in range(len(self.refs))}
+        taken = set(mapping.values())
+        for (c, k), _ in sorted(votes.items(), key=lambda kv: -kv[1]):
+            if c not in mapping and k not in taken:
+                mapping[c] = k
+                taken.add(k)
+        for c in sorted({int(c) for c in ids}):
+            if c not in mapping:
+                mapping[c] = self.next_id
+                self.next_id += 1
+        for w, c in zip(self.recent, ids[len(old):], strict=True):
+            w.cluster = mapping[int(c)]
+        # exemplars of a speaker whose windows are now another's follow them
+        moved: dict[int, list[np.ndarray]] = {}
+        for (_, e), c in zip(old, ids[: len(old)], strict=True):
+            moved.setdefault(mapping[int(c)], []).append(e)
+        self.exemplars = {k: v[: self.EXEMPLARS] for k, v in moved.items()}
+
+    @property
+    def speakers(self) -> int:
+        return len({w.cluster for w in self.recent} | set(self.exemplars))

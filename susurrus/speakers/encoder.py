@@ -8,9 +8,10 @@ The network: 40-channel mel power frames (25 ms Hann window, 10 ms hop at 16 kHz
 ReLU, L2-normalised. One embedding reads a 1.6 s partial (160 frames). Equal to
 ``resemblyzer.VoiceEncoder`` on the same audio (tests/test_speakers.py).
 
-The other (``encoder="campplus"``, :mod:`~susurrus.speakers.campplus`): CAM++, opt-in: far
-better separated voices (equal-error rate on the shared data's 1.6 s partials 1.8 % against
-GE2E's 7.9 %) at ~4x the CPU a window (~62 ms against ~14 in batches, one core)."""
+The other, and the default (``encoder="campplus"``, :mod:`~susurrus.speakers.campplus`): CAM++,
+far better separated voices (equal-error rate on the shared data's 1.6 s partials 1.8 % against
+GE2E's 7.9 %) at ~4x the CPU a window (~50 ms against 12-14 in batches, one core), so a stream
+embeds one window a second with it instead of two (tracker.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from torch import nn
 
 from susurrus import disk_cache
 from susurrus.audio.features import mel_filters
+from susurrus.speakers.settings import DEFAULT_ENCODER, ENCODER_NAMES
 
 SAMPLE_RATE = 16000
 WINDOW = 400  # 25 ms
@@ -31,11 +33,11 @@ HOP = 160  # 10 ms
 PARTIAL_FRAMES = 160  # 1.6 s
 PARTIAL_SAMPLES = PARTIAL_FRAMES * HOP
 EMBED_DIM = 256
-# the speaker encoders: name -> embedding size. "ge2e" (this module; the default: 14 ms a window
-# in batches of 4, EER 7.9 % on 1.6 s partials), "campplus" (:mod:`.campplus`: EER 1.8 %, but
-# ~62 ms a window; docs/benchmarks.md, "Speakers")
-ENCODERS = {"ge2e": EMBED_DIM, "campplus": 192}
-DEFAULT_ENCODER = "ge2e"
+# the speaker encoders: name -> embedding size. "campplus" (:mod:`.campplus`, the default: EER
+# 1.8 % on the shared data's 1.6 s partials, ~50 ms a window, embedded once a second), "ge2e"
+# (this module: EER 7.9 %, 12-14 ms a window, twice a second; docs/benchmarks.md, "Speakers")
+ENCODERS = {"campplus": 192, "ge2e": EMBED_DIM}
+assert tuple(ENCODERS) == ENCODER_NAMES
 
 
 class SpeakerEncoderMissing(RuntimeError):
@@ -102,7 +104,8 @@ def partial_starts(n_samples: int, rate: float = 1.3, min_coverage: float = 0.75
     return starts
 
 
-def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str, input_name: str):
+def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str, input_name: str,
+                dynamic_time: bool = False):
     """``net`` as an ONNX Runtime session on one thread (``input_name``, batch axis dynamic), or
     None without ``onnx`` and ``onnxruntime``. Exported by torch (a few CPU-s, once: the graph is
     kept in the disk cache, :mod:`susurrus.disk_cache`, as ``STEM_DIGEST.onnx``, named by the
@@ -132,7 +135,8 @@ def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(net, (example,), buf, input_names=[input_name], output_names=["embedding"],
-                              dynamic_axes={input_name: {0: "batch"}}, dynamo=False)
+                              dynamic_axes={input_name: {0: "batch", 1: "frames"} if dynamic_time else {0: "batch"}},
+                              dynamo=False)
         graph = buf.getvalue()
         if cached:
             disk_cache.write_whole(cached, lambda tmp: tmp.write_bytes(graph))

@@ -16,7 +16,7 @@ import numpy as np
 
 from susurrus.audio.io import decode_audio
 from susurrus.speakers.conversations import speaker_pool
-from susurrus.speakers.encoder import PARTIAL_SAMPLES, embed_partials
+from susurrus.speakers.encoder import DEFAULT_ENCODER, ENCODERS, PARTIAL_SAMPLES, embed_partials
 from susurrus.speakers.tracker import energy_voiced
 
 
@@ -29,7 +29,7 @@ def equal_error(same: np.ndarray, diff: np.ndarray) -> tuple[float, float]:
     return float(grid[i]), float((frr[i] + far[i]) / 2)
 
 
-def main(root: str = "../shared/data", encoder: str = "ge2e") -> None:
+def main(root: str = "../shared/data", encoder: str = DEFAULT_ENCODER) -> None:
     print(f"encoder: {encoder}")
     embs, who = [], []
     for spk, files in speaker_pool(Path(root)).items():
@@ -110,6 +110,6 @@ def close_voices(root: Path, e: np.ndarray, who: np.ndarray, encoder: str) -> No
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", nargs="?", default="../shared/data", help="the shared data (default ../shared/data)")
-    ap.add_argument("--encoder", default="ge2e", choices=("ge2e", "campplus"), help="the speaker encoder")
+    ap.add_argument("--encoder", default=DEFAULT_ENCODER, choices=tuple(ENCODERS), help="the speaker encoder")
     args = ap.parse_args()
     main(args.root, args.encoder)
