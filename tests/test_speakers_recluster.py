@@ -115,6 +115,7 @@ def test_state_stays_bounded_and_an_old_voice_keeps_its_id():
     for _ in range(10):
         _feed(r, _windows(rng, b, 30))
         _feed(r, _windows(rng, c, 30))
-    assert len(r.recent) == 40 and all(len(v) <= r.EXEMPLARS for v in r.exemplars.values())
+    assert len(r.recent) == 40 and all(len(v) <= r.PER_SPEAKER for v in r.exemplars.values())
+    assert sum(len(v) for v in r.exemplars.values()) <= r.EXEMPLARS
     back = _feed(r, _windows(rng, a, 10))
     assert set(back[1:]) == {0} and r.speakers == 3

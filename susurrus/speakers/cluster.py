@@ -227,8 +227,9 @@ def _match_refs(embeddings: np.ndarray, labels: np.ndarray, refs: list[np.ndarra
 
 @dataclass
 class Reclustered:
-    """Online speakers by clustering again: every window heard so far (the last ``RECENT``, and
-    up to ``EXEMPLARS`` older ones per speaker) is clustered offline (:func:`cluster_offline`,
+    """Online speakers by clustering again: every window heard so far (the last ``RECENT``, and a
+    uniform sample of each speaker's older ones, ``EXEMPLARS`` in all, at most ``PER_SPEAKER``
+    a speaker) is clustered offline (:func:`cluster_offline`,
     the same average linkage a whole file gets) whenever labels are asked for and new windows
     have come, and each cluster keeps the speaker id most of its windows had before (a cluster
     that matches none is a new speaker). A stream so decides as a whole file would, from what
@@ -247,8 +248,15 @@ class Reclustered:
     next_id: int = 0
     dirty: bool = False
 
-    RECENT = 240  # 4 minutes of continuous speech at a 1 s hop: re-clustering stays ~5 ms
-    EXEMPLARS = 16
+    # at most 240 windows clustered (2 minutes of continuous speech at a 1 s hop, and the older
+    # sample): ~6 ms a clustering, once per new window (average linkage is quadratic in them)
+    RECENT = 120
+    EXEMPLARS = 120
+    PER_SPEAKER = 16
+
+    def _cap(self) -> int:
+        """Older windows kept a speaker: ``PER_SPEAKER``, fewer once many speakers share ``EXEMPLARS``."""
+        return max(2, min(self.PER_SPEAKER, self.EXEMPLARS // max(1, len(self.exemplars))))
 
     def __post_init__(self) -> None:
         self.next_id = len(self.refs)
@@ -262,12 +270,16 @@ class Reclustered:
             if old.cluster >= 0:  # a speaker's older windows: a fixed-size uniform sample of them
                 keep, n = self.exemplars.setdefault(old.cluster, []), self.seen.get(old.cluster, 0)
                 self.seen[old.cluster] = n + 1
-                if len(keep) < self.EXEMPLARS:
+                cap = self._cap()
+                if len(keep) < cap:
                     keep.append(old.embedding)
                 else:
                     j = int(self.rng.integers(0, n + 1))
-                    if j < self.EXEMPLARS:
+                    if j < len(keep):
                         keep[j] = old.embedding
+                for k, es in self.exemplars.items():  # more speakers, fewer windows each
+                    if len(es) > cap:
+                        self.exemplars[k] = [es[i] for i in sorted(self.rng.choice(len(es), cap, replace=False))]
 
     def update(self) -> None:
         """Cluster again when windows came since the last time; sets each recent window's
@@ -299,7 +311,9 @@ class Reclustered:
         moved: dict[int, list[np.ndarray]] = {}
         for (_, e), c in zip(old, ids[: len(old)], strict=True):
             moved.setdefault(mapping[int(c)], []).append(e)
-        self.exemplars = {k: v[: self.EXEMPLARS] for k, v in moved.items()}
+        self.exemplars = moved
+        cap = self._cap()
+        self.exemplars = {k: v[:cap] for k, v in moved.items()}
 
     @property
     def speakers(self) -> int:
