@@ -89,3 +89,21 @@ def test_an_unknown_encoder_is_refused():
         make_tracker(encoder="ecapa")
     with pytest.raises(ValueError, match="unknown speaker encoder"):
         embed_partials([np.zeros(25600, np.float32)], encoder="ecapa")
+
+
+def test_a_turns_first_window_comes_as_soon_as_it_holds_enough_speech():
+    """Windows are embedded every second of speech; after one with too little speech (a pause,
+    a turn's start) the next is tried 0.25 s later, not a whole hop: a turn that starts at 5.0 s
+    gets its first window (half of it speech) by 6.05 s, not at 6.6 s on the 1 s grid."""
+    from susurrus.speakers import make_tracker
+    from susurrus.speakers.tracker import RETRY, VOICED
+
+    tracker = make_tracker()
+    rng = np.random.default_rng(0)
+    voiced = lambda a, b: max(0.0, min(1.0, (b - max(a, 5.0)) / (b - a)))  # noqa: E731  speech from 5 s
+    for _ in range(32):
+        tracker.push(rng.normal(0, 0.05, 4000).astype(np.float32), voiced)  # 0.25 s at a time, 8 s
+    tracker.flush()
+    first = tracker.windows[0].end
+    assert 5.0 + 1.6 * VOICED <= first <= 5.0 + 1.6 * VOICED + RETRY / 16000
+    assert [round(w.end - first, 2) for w in tracker.windows] == [0.0, 1.0, 2.0]  # then a window a second

@@ -119,3 +119,20 @@ def test_state_stays_bounded_and_an_old_voice_keeps_its_id():
     assert sum(len(v) for v in r.exemplars.values()) <= r.EXEMPLARS
     back = _feed(r, _windows(rng, a, 10))
     assert set(back[1:]) == {0} and r.speakers == 3
+
+
+@pytest.mark.parametrize("split", [3, 4])
+def test_a_known_speakers_windows_split_off_open_a_speaker_only_with_four(split):
+    """Clustering again can cut a speaker's own windows in two (a returning voice, an emotional
+    take): a piece of fewer than ``SPLIT_MIN`` windows that speaker already had stays that
+    speaker; four or more are another voice (the close voice a window-by-window decision took
+    in), and open one."""
+    rng = np.random.default_rng(6)
+    a, b = _voices(rng, 2, 0.0)
+    r = Reclustered(SpeakerConfig(encoder="campplus"))
+    for w in _windows(rng, a, 9) + _windows(rng, b, split):
+        w.cluster = 0  # all of them given to speaker 0 before
+        r.add(w)
+    r.next_id = 1
+    r.update()
+    assert [w.cluster for w in r.recent] == [0] * 9 + ([0] * split if split < r.SPLIT_MIN else [1] * split)

@@ -253,6 +253,9 @@ class Reclustered:
     RECENT = 120
     EXEMPLARS = 120
     PER_SPEAKER = 16
+    # a cluster made mostly of windows a known speaker had is that speaker split in two: another
+    # voice only with this many windows (as OnlineClusters' split test asks for a run of 4)
+    SPLIT_MIN = 4
 
     def _cap(self) -> int:
         """Older windows kept a speaker: ``PER_SPEAKER``, fewer once many speakers share ``EXEMPLARS``."""
@@ -302,7 +305,13 @@ class Reclustered:
                 mapping[c] = k
                 taken.add(k)
         for c in sorted({int(c) for c in ids}):
-            if c not in mapping:
+            if c in mapping:
+                continue
+            prior = [k for cc, k in zip(ids, before, strict=True) if cc == c and k != PENDING]
+            if 2 * len(prior) > int((ids == c).sum()) and int((ids == c).sum()) < self.SPLIT_MIN:
+                # mostly windows a speaker already had, too few to be another voice: still that speaker
+                mapping[c] = max(set(prior), key=prior.count)
+            else:
                 mapping[c] = self.next_id
                 self.next_id += 1
         for w, c in zip(self.recent, ids[len(old):], strict=True):

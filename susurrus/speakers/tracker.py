@@ -34,6 +34,7 @@ RECLUSTER = {"ge2e": False, "campplus": True}
 CENTRE_S = 0.8
 KEEP_S = 60.0  # windows kept for labelling words (a word commits within seconds of its end)
 VOICED = 0.5  # a window is embedded when this fraction of its frames is speech
+RETRY = int(0.25 * SAMPLE_RATE)  # after a window with too little speech, the next one ends this much later
 # windows wait until this many are due or a word needs a label, then go through the encoder as
 # one batch (a batch of 4 costs ~30 % less a window than one at a time; a label never waits)
 BATCH = 4
@@ -98,6 +99,8 @@ class SpeakerTracker:
                 frac = energy_voiced(piece, 0.0, len(piece) / SAMPLE_RATE)
             if frac >= VOICED and len(piece) == PARTIAL_SAMPLES:
                 self.queue.append((a, b, piece.copy()))
+            else:  # too little speech yet: look again soon, so a turn's first window is not a hop late
+                self.next_end = end + RETRY
         if len(self.queue) >= BATCH:
             self.flush()
 
