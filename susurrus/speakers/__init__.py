@@ -1,10 +1,11 @@
 """Who spoke: speaker labels for streams and files.
 
-``encoder`` (Resemblyzer's GE2E network), ``cluster`` (online and offline clustering),
-``tracker`` (a stream's embeddings and word labels), ``stream`` (the session's hook),
-``offline`` (a whole file), ``references`` (enrolment clips), ``options`` (the command line),
-``conversations`` + ``bench`` (the benchmark) and ``threshold`` (measuring the same-speaker
-threshold). Importing this package loads nothing heavy; the encoder loads on first use."""
+``encoder`` (the speaker encoders: ``campplus``, CAM++, the default; Resemblyzer's GE2E),
+``cluster`` (online and offline clustering), ``tracker`` (a stream's embeddings and word
+labels), ``stream`` (the session's hook), ``offline`` (a whole file), ``references`` (enrolment
+clips), ``options`` (the command line), ``conversations`` + ``bench`` (the benchmark) and
+``threshold`` (measuring the same-speaker threshold). Importing this package loads nothing
+heavy; the encoder loads on first use."""
 
 from __future__ import annotations
 
@@ -27,19 +28,24 @@ def parse_reference_args(values: list[str] | None) -> dict[str, str]:
 
 def make_tracker(speakers: int | None = None, min_speakers: int | None = None, max_speakers: int | None = None,
                  refs: Mapping[str, str | PathLike | Any] | None = None,
-                 keep_all: bool = False) -> SpeakerTracker:
+                 keep_all: bool = False, encoder: str | None = None) -> SpeakerTracker:
     """A tracker for one stream or file; ``refs``: name -> clip path or 16 kHz samples (or an
-    embedding already computed, 256 values). Bad counts or clips raise ``ValueError``."""
+    embedding already computed by the same encoder: 192 values for CAM++, 256 for GE2E).
+    ``encoder``: "campplus" (the default, :mod:`~susurrus.speakers.campplus`) or "ge2e"
+    (Resemblyzer's: about half the CPU, voices less well separated). Bad counts, clips or
+    encoder names raise ``ValueError``."""
     from susurrus.speakers.cluster import SpeakerConfig
+    from susurrus.speakers.encoder import DEFAULT_ENCODER
     from susurrus.speakers.references import load_reference
     from susurrus.speakers.tracker import SpeakerTracker
 
-    config = SpeakerConfig(speakers=speakers, min_speakers=min_speakers or 1, max_speakers=max_speakers)
+    encoder = encoder or DEFAULT_ENCODER
+    config = SpeakerConfig(speakers=speakers, min_speakers=min_speakers or 1, max_speakers=max_speakers,
+                           encoder=encoder)
     if config.max_speakers is not None and len(refs or {}) > config.max_speakers:
         raise ValueError(f"{len(refs or {})} enrolled speakers but at most {config.max_speakers} speakers")
-    embeddings = {name: load_reference(name, clip) for name, clip in (refs or {}).items()}
-    from susurrus.speakers.encoder import load_encoder, ort_encoder
+    embeddings = {name: load_reference(name, clip, encoder) for name, clip in (refs or {}).items()}
+    from susurrus.speakers.encoder import load
 
-    load_encoder()  # loaded now (once a process), not at the stream's first voiced window
-    ort_encoder()
+    load(encoder)  # loaded now (once a process), not at the stream's first voiced window
     return SpeakerTracker(config, embeddings, keep_all=keep_all)

@@ -26,6 +26,7 @@ import numpy as np
 
 from susurrus.speakers import conversations as conv_mod
 from susurrus.speakers.cluster import SpeakerConfig
+from susurrus.speakers.encoder import DEFAULT_ENCODER
 from susurrus.speakers.tracker import SpeakerTracker
 
 PIECE_S = 0.5
@@ -133,11 +134,12 @@ def _plain_text(model, conv) -> str:
 
 
 def main(data_root: Path, model=None, asr: int = 0, lag: float = 1.0, out=print, only: Sequence[str] = (),
-         limit: int | None = None, seed: int = conv_mod.SEED) -> dict:
+         limit: int | None = None, seed: int = conv_mod.SEED, encoder: str = DEFAULT_ENCODER) -> dict:
     """Print the tables; ``asr``: also stream the first ``asr`` conversations of each set;
     ``only``: these sets; ``limit``: the first conversations of each set; ``seed``: the set
     built from this seed (:func:`~susurrus.speakers.conversations.build`; another seed, a
-    held-out set)."""
+    held-out set); ``encoder``: the speaker encoder (the diarizer rows only; its own
+    thresholds, :data:`~susurrus.speakers.cluster.THRESHOLDS`)."""
     paths = conv_mod.build(data_root, seed=seed)
     sets: dict[str, list] = {}
     for p in paths:
@@ -149,7 +151,7 @@ def main(data_root: Path, model=None, asr: int = 0, lag: float = 1.0, out=print,
         "| count right online | offline | diarizer CPU s per audio s |")
     out("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, convs in sets.items():
-        res = [run_diarizer(c, lag) for c in convs]
+        res = [run_diarizer(c, lag, SpeakerConfig(encoder=encoder)) for c in convs]
         dur = sum(len(c.audio) for c in convs) / 16000
         on = [r[0] for r in res]
         off = [r[1] for r in res]
@@ -192,5 +194,5 @@ def cli_main(args) -> int:
         import susurrus
 
         model = susurrus.load_model(args.model, threads=args.threads, compute_type=args.compute_type)
-    main(Path(args.inputs[0]), model, asr=args.diarize_asr)
+    main(Path(args.inputs[0]), model, asr=args.diarize_asr, encoder=args.speaker_encoder)
     return 0

@@ -20,8 +20,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from susurrus.speakers.settings import DEFAULT_ENCODER
+
 SAME_SPEAKER = 0.58  # cosine similarity; see the module docstring (measured: 0.582, EER 7.9 %)
 SAME_CENTROID = 0.68  # an embedding against a speaker's centroid (measured: 0.684, EER 1.0 %)
+# the same two equal-error points per encoder (``python -m susurrus.speakers.threshold --encoder
+# NAME``): CAM++ pairs 0.310 (EER 1.8 %), against a centroid of 8 0.325 (EER 1.0 %)
+THRESHOLDS = {"ge2e": (SAME_SPEAKER, SAME_CENTROID), "campplus": (0.31, 0.33)}
 PENDING = -1
 
 
@@ -30,15 +35,22 @@ class SpeakerConfig:
     """``speakers``: exactly that many (None: unknown); ``min_speakers`` / ``max_speakers``
     bound the count (past ``max`` a new voice is merged into the nearest speaker); ``threshold``:
     the similarity at or above which two embeddings (or clusters, offline) are one speaker;
-    ``centroid_threshold``: an embedding and a speaker's centroid (the stream)."""
+    ``centroid_threshold``: an embedding and a speaker's centroid (the stream); both default to
+    the ``encoder``'s measured values (:data:`THRESHOLDS`)."""
 
     speakers: int | None = None
     min_speakers: int = 1
     max_speakers: int | None = None
-    threshold: float = SAME_SPEAKER
-    centroid_threshold: float = SAME_CENTROID
+    threshold: float | None = None
+    centroid_threshold: float | None = None
+    encoder: str = DEFAULT_ENCODER
 
     def __post_init__(self) -> None:
+        if self.encoder not in THRESHOLDS:
+            raise ValueError(f"unknown speaker encoder {self.encoder!r}: one of {', '.join(THRESHOLDS)}")
+        pair, centroid = THRESHOLDS[self.encoder]
+        self.threshold = pair if self.threshold is None else self.threshold
+        self.centroid_threshold = centroid if self.centroid_threshold is None else self.centroid_threshold
         if self.speakers is not None:
             if self.speakers < 1:
                 raise ValueError(f"speakers must be at least 1, got {self.speakers}")
@@ -84,7 +96,7 @@ class OnlineClusters:
 
     def centroids(self) -> np.ndarray:
         if not self.sums:
-            return np.zeros((0, len(self.pending) if self.pending is not None else 256), np.float32)
+            return np.zeros((0, len(self.pending) if self.pending is not None else 0), np.float32)
         c = np.stack(self.sums)
         return c / np.linalg.norm(c, axis=1, keepdims=True)
 
@@ -211,3 +223,107 @@ def _match_refs(embeddings: np.ndarray, labels: np.ndarray, refs: list[np.ndarra
             mapping[int(cid)] = nxt
             nxt += 1
     return np.array([mapping[int(c)] for c in labels])
+
+
+@dataclass
+class Reclustered:
+    """Online speakers by clustering again: every window heard so far (the last ``RECENT``, and a
+    uniform sample of each speaker's older ones, ``EXEMPLARS`` in all, at most ``PER_SPEAKER``
+    a speaker) is clustered offline (:func:`cluster_offline`,
+    the same average linkage a whole file gets) whenever labels are asked for and new windows
+    have come, and each cluster keeps the speaker id most of its windows had before (a cluster
+    that matches none is a new speaker). A stream so decides as a whole file would, from what
+    it has heard: a close second voice is a cluster of its own once its windows are together
+    farther from the first voice's than the threshold, which a window-by-window decision against
+    a drifting centroid missed. Ids: enrolled references ``0..R-1``, then in order of opening.
+    Words already labelled keep their labels (the tracker's rule); only the windows' ids move.
+
+    ``windows``: objects with ``embedding`` and a writable ``cluster`` (the tracker's windows)."""
+
+    config: SpeakerConfig
+    refs: list[np.ndarray] = field(default_factory=list)
+    recent: deque = field(default_factory=deque)
+    exemplars: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    seen: dict[int, int] = field(default_factory=dict)  # windows each speaker has had (for reservoir sampling)
+    next_id: int = 0
+    dirty: bool = False
+
+    # at most 240 windows clustered (2 minutes of continuous speech at a 1 s hop, and the older
+    # sample): ~6 ms a clustering, once per new window (average linkage is quadratic in them)
+    RECENT = 120
+    EXEMPLARS = 120
+    PER_SPEAKER = 16
+    # a cluster made mostly of windows a known speaker had is that speaker split in two: another
+    # voice only with this many windows (as OnlineClusters' split test asks for a run of 4)
+    SPLIT_MIN = 4
+
+    def _cap(self) -> int:
+        """Older windows kept a speaker: ``PER_SPEAKER``, fewer once many speakers share ``EXEMPLARS``."""
+        return max(2, min(self.PER_SPEAKER, self.EXEMPLARS // max(1, len(self.exemplars))))
+
+    def __post_init__(self) -> None:
+        self.next_id = len(self.refs)
+        self.rng = np.random.default_rng(0)
+
+    def add(self, window) -> None:
+        self.recent.append(window)
+        self.dirty = True
+        if len(self.recent) > self.RECENT:
+            old = self.recent.popleft()
+            if old.cluster >= 0:  # a speaker's older windows: a fixed-size uniform sample of them
+                keep, n = self.exemplars.setdefault(old.cluster, []), self.seen.get(old.cluster, 0)
+                self.seen[old.cluster] = n + 1
+                cap = self._cap()
+                if len(keep) < cap:
+                    keep.append(old.embedding)
+                else:
+                    j = int(self.rng.integers(0, n + 1))
+                    if j < len(keep):
+                        keep[j] = old.embedding
+                for k, es in self.exemplars.items():  # more speakers, fewer windows each
+                    if len(es) > cap:
+                        self.exemplars[k] = [es[i] for i in sorted(self.rng.choice(len(es), cap, replace=False))]
+
+    def update(self) -> None:
+        """Cluster again when windows came since the last time; sets each recent window's
+        ``cluster`` to its speaker id."""
+        if not self.dirty or not self.recent:
+            return
+        self.dirty = False
+        old = [(k, e) for k, es in self.exemplars.items() for e in es]
+        embs = np.stack([e for _, e in old] + [w.embedding for w in self.recent])
+        before = [k for k, _ in old] + [w.cluster for w in self.recent]
+        ids = cluster_offline(embs, self.config, self.refs)
+        votes: dict[tuple[int, int], int] = {}
+        for c, k in zip(ids, before, strict=True):
+            if k >= len(self.refs) and c >= len(self.refs):  # reference matches are fixed
+                votes[(int(c), k)] = votes.get((int(c), k), 0) + 1
+        mapping = {c: c for c in range(len(self.refs))}
+        taken = set(mapping.values())
+        for (c, k), _ in sorted(votes.items(), key=lambda kv: -kv[1]):
+            if c not in mapping and k not in taken:
+                mapping[c] = k
+                taken.add(k)
+        for c in sorted({int(c) for c in ids}):
+            if c in mapping:
+                continue
+            prior = [k for cc, k in zip(ids, before, strict=True) if cc == c and k != PENDING]
+            if 2 * len(prior) > int((ids == c).sum()) and int((ids == c).sum()) < self.SPLIT_MIN:
+                # mostly windows a speaker already had, too few to be another voice: still that speaker
+                mapping[c] = max(set(prior), key=prior.count)
+            else:
+                mapping[c] = self.next_id
+                self.next_id += 1
+        for w, c in zip(self.recent, ids[len(old):], strict=True):
+            w.cluster = mapping[int(c)]
+        # exemplars of a speaker whose windows are now another's follow them
+        moved: dict[int, list[np.ndarray]] = {}
+        for (_, e), c in zip(old, ids[: len(old)], strict=True):
+            moved.setdefault(mapping[int(c)], []).append(e)
+        self.exemplars = moved
+        cap = self._cap()
+        self.exemplars = {k: v[:cap] for k, v in moved.items()}
+
+    @property
+    def speakers(self) -> int:
+        return len({w.cluster for w in self.recent} | set(self.exemplars))

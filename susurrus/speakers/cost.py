@@ -1,15 +1,18 @@
 """What speaker labels cost, measured (docs/benchmarks.md, "Speakers"):
 
 - ``python -m susurrus.speakers.cost stream AUDIO [SECONDS]``: tiny.en at the default preset on
-  one torch thread streams the first SECONDS of AUDIO without labels, with labels as before
-  (torch's encoder, each window embedded as it is due) and as now (ONNX Runtime, windows
-  batched), twice each; CPU seconds of the process per audio second, and the labels' own (the
-  thread time spent in the stream's label hook: windows, encoder, clustering, labels).
+  one torch thread streams the first SECONDS of AUDIO without labels and with labels from each
+  encoder (CAM++, the default; GE2E), twice each; CPU seconds of the process per audio second,
+  and the labels' own (the thread time spent in the stream's label hook: windows, encoder,
+  clustering, labels).
 - ``python -m susurrus.speakers.cost memory [SECONDS]``: one tracker (no ASR) over the
   conversations of ``susurrus bench --diarize``, looped to SECONDS (3600 by default), fed in
   0.64 s steps with the conversations' Silero VAD and a word labelled every step; RSS and the
   tracker's state (audio, windows kept, speakers' sums and recent embeddings, queue) every 5
-  minutes of audio."""
+  minutes of audio.
+- ``python -m susurrus.speakers.cost windows [AUDIO]``: each encoder (GE2E, CAM++ where its
+  weights are installed) on ONNX Runtime and torch, one thread: CPU ms (thread time) a 1.6 s
+  window, features included, in batches of 1, 2 and 4 (speech from AUDIO, JFK's by default)."""
 
 from __future__ import annotations
 
@@ -23,9 +26,9 @@ def stream_cost(path: str, seconds: float = 60.0, reps: int = 2) -> None:
 
     import susurrus
     import susurrus.speakers.stream as hook
-    import susurrus.speakers.tracker as tracker_mod
     from susurrus.audio.io import decode_audio
-    from susurrus.speakers.encoder import embed_partials
+    from susurrus.speakers import make_tracker
+    from susurrus.speakers.encoder import ENCODERS
 
     torch.set_num_threads(1)
     audio = decode_audio(path)[: int(seconds * 16000)]
@@ -43,27 +46,52 @@ def stream_cost(path: str, seconds: float = 60.0, reps: int = 2) -> None:
     hook.label_events = timed
     dur = len(audio) / 16000
 
-    def run(diarize: bool, blocks) -> tuple[float, object]:
-        s = model.stream(diarize=diarize)
+    def run(encoder: str | None, blocks) -> tuple[float, object]:
+        s = model.stream(diarize=encoder is not None)
+        if encoder is not None:
+            s.speakers = make_tracker(encoder=encoder)
         t = time.process_time()
         list(s.events(blocks))
         return time.process_time() - t, s
 
     blocks = [audio[i: i + 1600] for i in range(0, len(audio), 1600)]
-    run(True, blocks[:100])  # warm-up: the encoder loaded and exported
+    for enc in ENCODERS:
+        run(enc, blocks[:100])  # warm-up: each encoder loaded and exported
     print("| run | stream + labels core-s per audio s | labels' own | windows | batches |")
     print("|---|---|---|---|---|")
     for _ in range(reps):
-        for name, diarize, batch, runtime in [("without labels", False, 4, "auto"),
-                                              ("labels, before (torch, one window at a time)", True, 1, "torch"),
-                                              ("labels, now (ONNX Runtime, batched)", True, 4, "auto")]:
-            tracker_mod.BATCH = batch
-            tracker_mod.embed_partials = lambda w, rt=runtime: embed_partials(w, runtime=rt)
+        for encoder in (None, *ENCODERS):
             spent[0] = 0.0
-            cpu, s = run(diarize, blocks)
+            cpu, s = run(encoder, blocks)
             t = s.speakers
             extra = f"{spent[0] / dur:.4f} | {t.embedded} | {t.batches}" if t is not None else "| |"
-            print(f"| {name} | {cpu / dur:.4f} | {extra} |", flush=True)
+            print(f"| {encoder or 'without labels'} | {cpu / dur:.4f} | {extra} |", flush=True)
+
+
+def window_cost(path: str = "../shared/data/dev/audio/jfk_inaugural.wav", reps: int = 20) -> None:
+    import torch
+
+    from susurrus.audio.io import decode_audio
+    from susurrus.speakers.encoder import ENCODERS, PARTIAL_SAMPLES, SpeakerEncoderMissing, embed_partials
+
+    torch.set_num_threads(1)
+    x = decode_audio(path)
+    pieces = [x[i: i + PARTIAL_SAMPLES] for i in range(0, 4 * 8000, 8000)]
+    print("| encoder | runtime | batch | CPU ms a window |")
+    print("|---|---|---|---|")
+    for enc in ENCODERS:
+        for runtime in ("ort", "torch"):
+            for batch in (1, 2, 4):
+                try:
+                    embed_partials(pieces[:batch], runtime=runtime, encoder=enc)  # loaded, exported
+                except SpeakerEncoderMissing as e:
+                    print(f"| {enc} | {runtime} | | not installed: {e} |")
+                    break
+                t = time.thread_time()
+                for _ in range(reps):
+                    embed_partials(pieces[:batch], runtime=runtime, encoder=enc)
+                print(f"| {enc} | {runtime} | {batch} | {(time.thread_time() - t) / reps / batch * 1000:.1f} |",
+                      flush=True)
 
 
 def memory(seconds: float = 3600.0) -> None:
@@ -86,6 +114,9 @@ def memory(seconds: float = 3600.0) -> None:
     def state_kb(t) -> float:
         n = t.audio.nbytes + sum(w.embedding.nbytes for w in t.windows) + sum(s.nbytes for s in t.clusters.sums)
         n += sum(p.nbytes for *_, p in t.queue) + sum(e.nbytes for m in t.clusters.members for e in m)
+        if t.reclustered is not None:
+            r = t.reclustered
+            n += sum(w.embedding.nbytes for w in r.recent) + sum(e.nbytes for es in r.exemplars.values() for e in es)
         return n / 1024
 
     convs = [conv_mod.load(p) for p in sorted(conv_mod.CACHE.glob("*.json"))]
@@ -121,6 +152,8 @@ if __name__ == "__main__":
     what, *rest = sys.argv[1:] or ["memory"]
     if what == "stream":
         stream_cost(rest[0], *(float(x) for x in rest[1:2]))
+    elif what == "windows":
+        window_cost(*rest[:1])
     elif what == "memory":
         memory(*(float(x) for x in rest[:1]))
     else:

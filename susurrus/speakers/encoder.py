@@ -1,4 +1,4 @@
-"""The speaker encoder: Resemblyzer's pretrained GE2E network (Wan et al., "Generalized
+"""The speaker encoders. The default: Resemblyzer's pretrained GE2E network (Wan et al., "Generalized
 end-to-end loss for speaker verification", ICASSP 2018), its weights read from the
 ``resemblyzer`` package (PyPI, ``pretrained.pt``, ~17 MB) without importing it (its own
 preprocessing pulls librosa and webrtcvad; the network is small enough to run here).
@@ -6,7 +6,12 @@ preprocessing pulls librosa and webrtcvad; the network is small enough to run he
 The network: 40-channel mel power frames (25 ms Hann window, 10 ms hop at 16 kHz) through a
 3-layer LSTM (40 → 256), the last layer's final hidden state through Linear(256 → 256) and a
 ReLU, L2-normalised. One embedding reads a 1.6 s partial (160 frames). Equal to
-``resemblyzer.VoiceEncoder`` on the same audio (tests/test_speakers.py)."""
+``resemblyzer.VoiceEncoder`` on the same audio (tests/test_speakers.py).
+
+The other, and the default (``encoder="campplus"``, :mod:`~susurrus.speakers.campplus`): CAM++,
+far better separated voices (equal-error rate on the shared data's 1.6 s partials 1.8 % against
+GE2E's 7.9 %) at ~4x the CPU a window (~50 ms against 12-14 in batches, one core), so a stream
+embeds one window a second with it instead of two (tracker.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from torch import nn
 
 from susurrus import disk_cache
 from susurrus.audio.features import mel_filters
+from susurrus.speakers.settings import DEFAULT_ENCODER, ENCODER_NAMES
 
 SAMPLE_RATE = 16000
 WINDOW = 400  # 25 ms
@@ -27,6 +33,11 @@ HOP = 160  # 10 ms
 PARTIAL_FRAMES = 160  # 1.6 s
 PARTIAL_SAMPLES = PARTIAL_FRAMES * HOP
 EMBED_DIM = 256
+# the speaker encoders: name -> embedding size. "campplus" (:mod:`.campplus`, the default: EER
+# 1.8 % on the shared data's 1.6 s partials, ~50 ms a window, embedded once a second), "ge2e"
+# (this module: EER 7.9 %, 12-14 ms a window, twice a second; docs/benchmarks.md, "Speakers")
+ENCODERS = {"campplus": 192, "ge2e": EMBED_DIM}
+assert tuple(ENCODERS) == ENCODER_NAMES
 
 
 class SpeakerEncoderMissing(RuntimeError):
@@ -93,14 +104,13 @@ def partial_starts(n_samples: int, rate: float = 1.3, min_coverage: float = 0.75
     return starts
 
 
-@functools.lru_cache(maxsize=1)
-def ort_encoder():
-    """The same network as an ONNX Runtime session on one thread, or None without ``onnx`` and
-    ``onnxruntime``. Exported from :func:`load_encoder` by torch (~2 CPU-s, once: the graph is
-    kept in ``~/.cache/susurrus`` (:mod:`susurrus.disk_cache`), named by the weights' digest,
-    and read from there after; where that cannot be written, it is exported again per process). Same embeddings (within
-    1e-4 of torch's, tests/test_speakers.py); a batch of windows costs less a window than torch's
-    LSTM (2 windows: 15 vs 24 ms a window, 4: 13 vs 19 ms, one core)."""
+def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str, input_name: str,
+                dynamic_time: bool = False):
+    """``net`` as an ONNX Runtime session on one thread (``input_name``, batch axis dynamic), or
+    None without ``onnx`` and ``onnxruntime``. Exported by torch (a few CPU-s, once: the graph is
+    kept in the disk cache, :mod:`susurrus.disk_cache`, as ``STEM_DIGEST.onnx``, named by the
+    weights' digest, and read from there after; where that cannot be written, it is exported
+    again per process)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -109,9 +119,9 @@ def ort_encoder():
     import io
     import warnings
 
-    digest = hashlib.sha1(weights_path().read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha1(weights.read_bytes()).hexdigest()[:16]
     root = disk_cache.root()
-    cached = None if root is None else root / f"speaker_encoder_{digest}.onnx"
+    cached = None if root is None else root / f"{stem}_{digest}.onnx"
     try:
         graph = cached.read_bytes() if cached else None
     except OSError:
@@ -124,8 +134,9 @@ def ort_encoder():
         buf = io.BytesIO()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(load_encoder(), (torch.zeros(1, PARTIAL_FRAMES, 40),), buf, input_names=["mels"],
-                              output_names=["embedding"], dynamic_axes={"mels": {0: "batch"}}, dynamo=False)
+            torch.onnx.export(net, (example,), buf, input_names=[input_name], output_names=["embedding"],
+                              dynamic_axes={input_name: {0: "batch", 1: "frames"} if dynamic_time else {0: "batch"}},
+                              dynamo=False)
         graph = buf.getvalue()
         if cached:
             disk_cache.write_whole(cached, lambda tmp: tmp.write_bytes(graph))
@@ -135,10 +146,26 @@ def ort_encoder():
     return ort.InferenceSession(graph, opts, providers=["CPUExecutionProvider"])
 
 
+@functools.lru_cache(maxsize=1)
+def ort_encoder():
+    """The same network as an ONNX Runtime session on one thread (:func:`ort_session`), or None.
+    Same embeddings (within 1e-4 of torch's, tests/test_speakers.py); a batch of windows costs
+    less a window than torch's LSTM (2 windows: 15 vs 24 ms a window, 4: 13 vs 19 ms, one core)."""
+    return ort_session(load_encoder(), torch.zeros(1, PARTIAL_FRAMES, 40), weights_path(), "speaker_encoder",
+                       "mels")
+
+
 @torch.inference_mode()
-def embed_partials(wavs: list[np.ndarray], runtime: str = "auto") -> np.ndarray:
+def embed_partials(wavs: list[np.ndarray], runtime: str = "auto", encoder: str = DEFAULT_ENCODER) -> np.ndarray:
     """One embedding per 1.6 s piece of audio (shorter ones zero-padded), ``(n, 256)`` float32;
-    ``runtime``: "ort" (:func:`ort_encoder`), "torch", or "auto" (ort where installed)."""
+    ``runtime``: "ort" (:func:`ort_encoder`), "torch", or "auto" (ort where installed);
+    ``encoder``: one of :data:`ENCODERS` ("campplus": ``(n, 192)``, :mod:`.campplus`)."""
+    if encoder == "campplus":
+        from susurrus.speakers import campplus
+
+        return campplus.embed_partials(wavs, PARTIAL_SAMPLES, runtime)
+    if encoder != "ge2e":
+        raise ValueError(f"unknown speaker encoder {encoder!r}: one of {', '.join(ENCODERS)}")
     if not wavs:
         return np.zeros((0, EMBED_DIM), np.float32)
     mels = torch.stack([mel_frames(np.pad(w, (0, max(0, PARTIAL_SAMPLES - len(w)))))[:PARTIAL_FRAMES]
@@ -151,13 +178,35 @@ def embed_partials(wavs: list[np.ndarray], runtime: str = "auto") -> np.ndarray:
     return load_encoder()(mels).numpy()
 
 
+def load(encoder: str = DEFAULT_ENCODER) -> None:
+    """Load ``encoder`` now (once a process: the network and its ONNX Runtime session), not at a
+    stream's first voiced window."""
+    if encoder == "campplus":
+        from susurrus.speakers import campplus
+
+        campplus.load_campplus()
+        campplus.ort_campplus()
+    elif encoder == "ge2e":
+        load_encoder()
+        ort_encoder()
+    else:
+        raise ValueError(f"unknown speaker encoder {encoder!r}: one of {', '.join(ENCODERS)}")
+
+
 @torch.inference_mode()
-def embed_utterance(wav: np.ndarray) -> np.ndarray:
+def embed_utterance(wav: np.ndarray, encoder: str = DEFAULT_ENCODER) -> np.ndarray:
     """Resemblyzer's ``embed_utterance`` (rate 1.3, coverage 0.75): the normalised mean of the
-    partials' embeddings. ``wav`` as Resemblyzer gets it after its own preprocessing."""
+    partials' embeddings. ``wav`` as Resemblyzer gets it after its own preprocessing. Another
+    ``encoder``: the same partials, through it."""
     starts = partial_starts(len(wav))
     end = (starts[-1] + PARTIAL_FRAMES) * HOP
+    n = len(wav)
     wav = np.pad(np.asarray(wav, np.float32), (0, max(0, end - len(wav))))
+    if encoder != "ge2e":  # whole partials only (CAM++'s features are normalised over the piece)
+        starts = [s for s in starts if s * HOP + PARTIAL_SAMPLES <= n] or starts[:1]
+        partials = embed_partials([wav[s * HOP: s * HOP + PARTIAL_SAMPLES] for s in starts], encoder=encoder)
+        mean = partials.mean(0)
+        return mean / np.linalg.norm(mean)
     mel = mel_frames(wav)
     partials = load_encoder()(torch.stack([mel[s:s + PARTIAL_FRAMES] for s in starts])).numpy()
     mean = partials.mean(0)

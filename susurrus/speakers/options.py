@@ -19,7 +19,8 @@ def _count(v: str) -> int:
 def add_speaker_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("speakers", "who spoke: a speaker label (S1, S2, ... in order of appearance) per word")
     g.add_argument("--diarize", action="store_true",
-                   help="label each word with its speaker (needs resemblyzer: pip install susurrus[speakers])")
+                   help="label each word with its speaker (needs the speaker encoders: pip install susurrus[speakers])")
+    add_encoder_arg(g)
     g.add_argument("--speakers", type=_count, default=None, metavar="N",
                    help="exactly N speakers (default: unknown, found from the audio)")
     g.add_argument("--min-speakers", type=_count, default=None, metavar="N", help="at least N speakers")
@@ -28,6 +29,14 @@ def add_speaker_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--speaker-ref", action="append", default=None, metavar="NAME=CLIP",
                    help="a known speaker: their words are labelled NAME (a clip of 2 s of speech or more; "
                         "repeat for more)")
+
+
+def add_encoder_arg(g) -> None:
+    from susurrus.speakers.settings import DEFAULT_ENCODER, ENCODER_NAMES
+
+    g.add_argument("--speaker-encoder", choices=ENCODER_NAMES, default=DEFAULT_ENCODER,
+                   help="the voice-print network: campplus (CAM++, the default: voices far better told apart) "
+                        "or ge2e (Resemblyzer's: about half the CPU, close voices merged more often)")
 
 
 def wants_speakers(args: argparse.Namespace) -> bool:
@@ -45,6 +54,7 @@ def tracker_from_args(args: argparse.Namespace, keep_all: bool = False) -> Speak
 
     try:
         return make_tracker(args.speakers, args.min_speakers, args.max_speakers,
-                            parse_reference_args(args.speaker_ref), keep_all=keep_all)
+                            parse_reference_args(args.speaker_ref), keep_all=keep_all,
+                            encoder=getattr(args, "speaker_encoder", None))
     except (ValueError, SpeakerEncoderMissing) as e:
         raise UsageError(str(e)) from None

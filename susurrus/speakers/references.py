@@ -9,7 +9,7 @@ from os import PathLike
 
 import numpy as np
 
-from susurrus.speakers.encoder import EMBED_DIM, SAMPLE_RATE, embed_utterance
+from susurrus.speakers.encoder import DEFAULT_ENCODER, ENCODERS, SAMPLE_RATE, embed_utterance
 
 MIN_VOICED_S = 2.0  # ~1.3 GE2E partials of speech: less gives an unreliable voice print
 
@@ -40,9 +40,10 @@ def voiced_audio(x: np.ndarray) -> np.ndarray:
     return x[: len(keep)][keep]
 
 
-def load_reference(name: str, clip: str | PathLike | np.ndarray) -> np.ndarray:
-    """The unit voice print of ``name`` from its clip (a path or 16 kHz samples)."""
-    if isinstance(clip, np.ndarray) and clip.ndim == 1 and len(clip) == EMBED_DIM:
+def load_reference(name: str, clip: str | PathLike | np.ndarray, encoder: str = DEFAULT_ENCODER) -> np.ndarray:
+    """The unit voice print of ``name`` from its clip (a path or 16 kHz samples, or a voice
+    print already made by ``encoder``)."""
+    if isinstance(clip, np.ndarray) and clip.ndim == 1 and len(clip) == ENCODERS[encoder]:
         return clip.astype(np.float32) / np.linalg.norm(clip)
     what = f"speaker reference {name!r}" + ("" if isinstance(clip, np.ndarray) else f" ({clip})")
     if isinstance(clip, np.ndarray):
@@ -60,4 +61,4 @@ def load_reference(name: str, clip: str | PathLike | np.ndarray) -> np.ndarray:
     if len(speech) < MIN_VOICED_S * SAMPLE_RATE:
         raise SpeakerReferenceError(f"{what}: too short: {len(speech) / SAMPLE_RATE:.1f} s of speech, "
                                     f"at least {MIN_VOICED_S:.0f} s needed")
-    return embed_utterance(speech)
+    return embed_utterance(speech, encoder)

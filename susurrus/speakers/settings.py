@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the speaker encoders by name (speakers/encoder.py; named here, where nothing heavy is imported,
+# for the command line's choices): CAM++ is the default
+ENCODER_NAMES = ("campplus", "ge2e")
+DEFAULT_ENCODER = ENCODER_NAMES[0]
+
 
 @dataclass(frozen=True)
 class Diarization:

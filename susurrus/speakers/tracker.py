@@ -20,14 +20,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from susurrus.speakers.cluster import PENDING, OnlineClusters, SpeakerConfig, cluster_offline
+from susurrus.speakers.cluster import PENDING, OnlineClusters, Reclustered, SpeakerConfig, cluster_offline
 from susurrus.speakers.encoder import PARTIAL_SAMPLES, SAMPLE_RATE, embed_partials
 
-HOP_S = 0.5  # one embedding per half second of voiced audio (~24 ms of one core each)
+HOP_S = 0.5  # GE2E: one embedding per half second of voiced audio (~14 ms of one core each)
 HOP = int(HOP_S * SAMPLE_RATE)
+# per encoder: the hop between windows, and whether the speakers are found by clustering every
+# window again (cluster.Reclustered) or window by window (cluster.OnlineClusters). CAM++ costs
+# ~4x GE2E a window (~50 ms), so it embeds one a second: within the CPU bar, and a window still
+# reaches every word by the time it commits (~1 s after its end)
+HOPS = {"ge2e": HOP_S, "campplus": 1.0}
+RECLUSTER = {"ge2e": False, "campplus": True}
 CENTRE_S = 0.8
 KEEP_S = 60.0  # windows kept for labelling words (a word commits within seconds of its end)
 VOICED = 0.5  # a window is embedded when this fraction of its frames is speech
+RETRY = int(0.25 * SAMPLE_RATE)  # after a window with too little speech, the next one ends this much later
 # windows wait until this many are due or a word needs a label, then go through the encoder as
 # one batch (a batch of 4 costs ~30 % less a window than one at a time; a label never waits)
 BATCH = 4
@@ -62,7 +69,11 @@ class SpeakerTracker:
         for name, emb in (refs or {}).items():
             self.clusters.enrol(name, emb)
         self.refs = dict(refs or {})
-        self.windows: deque[Window] = deque(maxlen=int(KEEP_S / HOP_S))
+        self.hop = int(HOPS[self.config.encoder] * SAMPLE_RATE)
+        self.centre_s = max(CENTRE_S, HOPS[self.config.encoder])  # windows' middles tile the speech
+        self.reclustered = Reclustered(self.config, list(self.refs.values())) \
+            if RECLUSTER[self.config.encoder] else None
+        self.windows: deque[Window] = deque(maxlen=int(KEEP_S * SAMPLE_RATE / self.hop))
         self.all: list[Window] | None = [] if keep_all else None
         self.audio = np.zeros(0, np.float32)  # the last samples, ending at ``samples``
         self.samples = 0
@@ -74,12 +85,12 @@ class SpeakerTracker:
 
     def push(self, samples: np.ndarray, voiced: Voiced | None = None) -> None:
         """Audio fed to the stream (16 kHz float32); ``voiced`` reads the stream's VAD."""
-        keep = PARTIAL_SAMPLES + 2 * HOP + len(samples)
+        keep = PARTIAL_SAMPLES + 2 * self.hop + len(samples)
         self.audio = np.concatenate([self.audio, np.asarray(samples, np.float32)])[-keep:]
         self.samples += len(samples)
         while self.next_end <= self.samples:
             end = self.next_end
-            self.next_end += HOP
+            self.next_end += self.hop
             a, b = (end - PARTIAL_SAMPLES) / SAMPLE_RATE, end / SAMPLE_RATE
             off = len(self.audio) - (self.samples - end)
             piece = self.audio[max(0, off - PARTIAL_SAMPLES): off]
@@ -88,6 +99,8 @@ class SpeakerTracker:
                 frac = energy_voiced(piece, 0.0, len(piece) / SAMPLE_RATE)
             if frac >= VOICED and len(piece) == PARTIAL_SAMPLES:
                 self.queue.append((a, b, piece.copy()))
+            else:  # too little speech yet: look again soon, so a turn's first window is not a hop late
+                self.next_end = end + RETRY
         if len(self.queue) >= BATCH:
             self.flush()
 
@@ -98,9 +111,17 @@ class SpeakerTracker:
             self._add(due)
 
     def _add(self, due: list[tuple[float, float, np.ndarray]]) -> None:
-        embs = embed_partials([p for _, _, p in due])
+        embs = embed_partials([p for _, _, p in due], encoder=self.config.encoder)
         self.embedded += len(due)
         self.batches += 1
+        if self.reclustered is not None:
+            for (a, b, _), e in zip(due, embs, strict=True):
+                w = Window(a, b, PENDING, e)
+                self.windows.append(w)
+                self.reclustered.add(w)
+                if self.all is not None:
+                    self.all.append(Window(a, b, PENDING, e))
+            return
         for (a, b, _), e in zip(due, embs, strict=True):
             k, settled = self.clusters.assign(e)
             if settled is not None:
@@ -136,7 +157,7 @@ class SpeakerTracker:
             mid = (start + end) / 2
             start, end = mid - 0.15, mid + 0.15
         votes: dict[int, float] = {}
-        half = CENTRE_S / 2
+        half = self.centre_s / 2
         for w, k in zip(windows, ids, strict=True):
             mid = (w.start + w.end) / 2
             overlap = min(end, mid + half) - max(start, mid - half)
@@ -162,6 +183,11 @@ class SpeakerTracker:
         if not spans:
             return []
         self.flush()
+        if self.reclustered is not None:
+            self.reclustered.update()
+            wins = [w for w in self.windows if w.cluster != PENDING]
+            ids = [w.cluster for w in wins]
+            return [self._name(self._cluster_of(s, e, wins, ids), self.labels, list(self.refs)) for s, e in spans]
         wins = list(self.windows)
         ids = [w.cluster if w.cluster != PENDING else self.clusters.nearest(w.embedding) for w in wins]
         return [self._name(self._cluster_of(s, e, wins, ids), self.labels, self.clusters.names) for s, e in spans]
@@ -172,7 +198,7 @@ class SpeakerTracker:
             raise RuntimeError("label_offline needs a tracker made with keep_all=True")
         self.flush()
         refs = list(self.refs.values())
-        ids = list(cluster_offline(np.stack([w.embedding for w in self.all]) if self.all else np.zeros((0, 256)),
+        ids = list(cluster_offline(np.stack([w.embedding for w in self.all]) if self.all else np.zeros((0, 1)),
                                    self.config, refs))
         names: dict[int, str] = {}
         ref_names = list(self.refs)
@@ -181,4 +207,7 @@ class SpeakerTracker:
     @property
     def speakers_found(self) -> int:
         self.flush()
+        if self.reclustered is not None:
+            self.reclustered.update()
+            return self.reclustered.speakers
         return len(self.clusters.sums)
