@@ -240,14 +240,9 @@ def ort_campplus():
 def embed_partials(wavs: list[np.ndarray], partial_samples: int, runtime: str = "auto") -> np.ndarray:
     """One embedding per piece (shorter ones zero-padded to ``partial_samples``), ``(n, 192)``;
     ``runtime``: "ort", "torch" or "auto" (ort where installed)."""
-    from susurrus.speakers.runtime import SpeakerEncoderMissing
+    from susurrus.speakers.runtime import run_network
 
     if not wavs:
         return np.zeros((0, EMBED_DIM), np.float32)
     feats = torch.stack([fbank(np.pad(w, (0, max(0, partial_samples - len(w))))[:partial_samples]) for w in wavs])
-    sess = ort_campplus() if runtime != "torch" else None
-    if sess is None and runtime == "ort":
-        raise SpeakerEncoderMissing("the ONNX Runtime speaker encoder needs onnx and onnxruntime: pip install onnx")
-    if sess is not None:
-        return sess.run(None, {"fbank": feats.numpy()})[0]
-    return load_campplus()(feats).numpy()
+    return run_network(feats, runtime, ort_campplus, load_campplus, "fbank")

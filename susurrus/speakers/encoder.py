@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from susurrus.audio.features import mel_filters
-from susurrus.speakers.runtime import SpeakerEncoderMissing, ort_session
+from susurrus.speakers.runtime import SpeakerEncoderMissing, ort_session, run_network
 from susurrus.speakers.settings import DEFAULT_ENCODER, ENCODER_NAMES
 
 SAMPLE_RATE = 16000
@@ -124,12 +124,7 @@ def embed_partials(wavs: list[np.ndarray], runtime: str = "auto", encoder: str =
         return np.zeros((0, EMBED_DIM), np.float32)
     mels = torch.stack([mel_frames(np.pad(w, (0, max(0, PARTIAL_SAMPLES - len(w)))))[:PARTIAL_FRAMES]
                         for w in wavs])
-    sess = ort_encoder() if runtime != "torch" else None
-    if sess is None and runtime == "ort":
-        raise SpeakerEncoderMissing("the ONNX Runtime speaker encoder needs onnx and onnxruntime: pip install onnx")
-    if sess is not None:
-        return sess.run(None, {"mels": mels.numpy()})[0]
-    return load_encoder()(mels).numpy()
+    return run_network(mels, runtime, ort_encoder, load_encoder, "mels")
 
 
 def load(encoder: str = DEFAULT_ENCODER) -> None:

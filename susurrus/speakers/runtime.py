@@ -55,3 +55,15 @@ def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str,
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
     return ort.InferenceSession(graph, opts, providers=["CPUExecutionProvider"])
+
+
+def run_network(feats: torch.Tensor, runtime: str, session, network, input_name: str):
+    """``feats`` through the ONNX Runtime session (``session()``: None where onnx or onnxruntime
+    is missing) or the torch network (``network()``): ``runtime`` "ort", "torch" or "auto" (ONNX
+    Runtime where it is installed). A numpy array."""
+    sess = session() if runtime != "torch" else None
+    if sess is None and runtime == "ort":
+        raise SpeakerEncoderMissing("the ONNX Runtime speaker encoder needs onnx and onnxruntime: pip install onnx")
+    if sess is not None:
+        return sess.run(None, {input_name: feats.numpy()})[0]
+    return network()(feats).numpy()
