@@ -107,3 +107,28 @@ def test_a_turns_first_window_comes_as_soon_as_it_holds_enough_speech():
     first = tracker.windows[0].end
     assert 5.0 + 1.6 * VOICED <= first <= 5.0 + 1.6 * VOICED + RETRY / 16000
     assert [round(w.end - first, 2) for w in tracker.windows] == [0.0, 1.0, 2.0]  # then a window a second
+
+
+@pytest.mark.parametrize("flag, want", [([], "campplus"), (["--speaker-encoder", "ge2e"], "ge2e")])
+def test_bench_diarize_passes_the_encoder(flag, want, monkeypatch, tmp_path):
+    """``susurrus bench --diarize`` takes ``--speaker-encoder`` (CAM++ by default) to the benchmark
+    (its run itself, minutes of conversations, is docs/benchmarks.md's; here only what it is given)."""
+    import susurrus.speakers.bench as bench
+    from susurrus.cli.main import main
+
+    seen = {}
+    monkeypatch.setattr(bench, "main", lambda root, model=None, **kw: seen.update(root=root, **kw) or {})
+    assert main(["bench", "--diarize", str(tmp_path), "--diarize-asr", "0", *flag]) == 0
+    assert seen["encoder"] == want and seen["root"] == tmp_path and seen["asr"] == 0
+
+
+@pytest.mark.parametrize("command", ["stream", "transcribe"])
+def test_speaker_encoder_option_makes_that_tracker(command, dev_item):
+    from susurrus.cli.main import build_parser
+    from susurrus.speakers.options import tracker_from_args
+
+    path = str(dev_item(JFK).audio)
+    for flag, want, dim in (([], "campplus", 192), (["--speaker-encoder", "ge2e"], "ge2e", 256)):
+        args = build_parser().parse_args([command, path, "--diarize", *flag])
+        tracker = tracker_from_args(args)
+        assert tracker.config.encoder == want and tracker.config.threshold == (0.31 if dim == 192 else 0.58)

@@ -22,7 +22,7 @@ from susurrus.cli.args import (
 )
 from susurrus.cli.serve import add_limit_args, cmd_client, cmd_serve, cmd_serve_ray
 from susurrus.cli.transcribe import cmd_transcribe
-from susurrus.speakers.options import add_speaker_args
+from susurrus.speakers.options import add_encoder_arg, add_speaker_args
 from susurrus.writers import WRITERS
 
 THREADS_HELP = ("torch threads (default: %(default)s: one thread was 2-5x faster than all cores on a "
@@ -298,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--diarize-asr", type=int, default=2, metavar="N",
                    help="with --diarize: also stream the first N conversations of each set through the model "
                         "(real words: WDER, text identity) (default: %(default)s)")
+    add_encoder_arg(b)
     b.set_defaults(func=_cmd_bench)
 
     v = sub.add_parser("serve", help="server: OpenAI Realtime transcription over WebSocket, OpenAI's audio REST "
