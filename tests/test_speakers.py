@@ -105,6 +105,22 @@ def test_enrolled_name_and_max_speakers(clip, dev_item):
     assert _labels(make_tracker(max_speakers=1), audio, spans) == ["S1", "S1"]  # merged into the nearest
 
 
+@pytest.mark.parametrize("counts", [{}, {"speakers": 2}, {"min_speakers": 2}, {"speakers": 3}])
+def test_a_count_given_is_not_forced_on_the_first_windows(clip, counts):
+    """Streamed in 0.64 s steps, a word labelled every step ~1 s after it ends: a count given
+    up front (``--speakers 2``) does not split the first voice before the second has spoken
+    (the other speakers may not have spoken yet): JFK's words are S1, the reader's S2, no other
+    label used."""
+    audio, change = clip
+    tracker, labels = make_tracker(**counts), []
+    for i in range(0, len(audio), 10240):
+        tracker.push(audio[i: i + 10240])
+        now = (i + 10240) / 16000
+        labels.append((now - 1.2, tracker.label([(now - 1.4, now - 1.0)])[0]))
+    assert {s for t, s in labels if t < change} == {"S1"}
+    assert {s for t, s in labels if t > change + 2.5} == {"S2"}
+
+
 def test_bad_reference_clips_are_named(tmp_path, dev_item):
     silence = np.zeros(16000 * 3, np.float32)
     with pytest.raises(SpeakerReferenceError, match="'Ann'.*silence"):

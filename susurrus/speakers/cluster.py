@@ -293,7 +293,7 @@ class Reclustered:
         old = [(k, e) for k, es in self.exemplars.items() for e in es]
         embs = np.stack([e for _, e in old] + [w.embedding for w in self.recent])
         before = [k for k, _ in old] + [w.cluster for w in self.recent]
-        ids = cluster_offline(embs, self.config, self.refs)
+        ids = cluster_offline(embs, self._now_config(), self.refs)
         votes: dict[tuple[int, int], int] = {}
         for c, k in zip(ids, before, strict=True):
             if k >= len(self.refs) and c >= len(self.refs):  # reference matches are fixed
@@ -324,6 +324,17 @@ class Reclustered:
         cap = self._cap()
         self.exemplars = {k: v[:cap] for k, v in moved.items()}
 
+    def _now_config(self) -> SpeakerConfig:
+        """The bounds as a stream can keep them: at most ``max_speakers`` (more are merged into
+        the nearest), but ``min_speakers`` is not forced on the windows heard so far (the others
+        may not have spoken yet): while fewer are open, a cluster splits more easily, by
+        ``OnlineClusters.MIN_MARGIN`` on the similarity, as the window-by-window tracker does."""
+        cfg = self.config
+        short = self.speakers < cfg.min_speakers
+        return SpeakerConfig(max_speakers=cfg.max_speakers, encoder=cfg.encoder,
+                             threshold=cfg.threshold + (OnlineClusters.MIN_MARGIN if short else 0.0),
+                             centroid_threshold=cfg.centroid_threshold)
+
     @property
     def speakers(self) -> int:
-        return len({w.cluster for w in self.recent} | set(self.exemplars))
+        return len({w.cluster for w in self.recent if w.cluster != PENDING} | set(self.exemplars))
