@@ -330,7 +330,7 @@ class Reclustered:
         may not have spoken yet): while fewer are open, a cluster splits more easily, by
         ``OnlineClusters.MIN_MARGIN`` on the similarity, as the window-by-window tracker does."""
         cfg = self.config
-        short = self.speakers < cfg.min_speakers
+        short = cfg.min_speakers > 1 and self.speakers < cfg.min_speakers
         return SpeakerConfig(max_speakers=cfg.max_speakers, encoder=cfg.encoder,
                              threshold=cfg.threshold + (OnlineClusters.MIN_MARGIN if short else 0.0),
                              centroid_threshold=cfg.centroid_threshold)
