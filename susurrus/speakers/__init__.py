@@ -32,7 +32,7 @@ def make_tracker(speakers: int | None = None, min_speakers: int | None = None, m
     """A tracker for one stream or file; ``refs``: name -> clip path or 16 kHz samples (or an
     embedding already computed by the same encoder: 192 values for CAM++, 256 for GE2E).
     ``encoder``: "campplus" (the default, :mod:`~susurrus.speakers.campplus`) or "ge2e"
-    (Resemblyzer's: about half the CPU, voices less well separated). Bad counts, clips or
+    (Resemblyzer's: about a third less CPU, voices less well separated). Bad counts, clips or
     encoder names raise ``ValueError``."""
     from susurrus.speakers.cluster import SpeakerConfig
     from susurrus.speakers.encoder import DEFAULT_ENCODER

@@ -36,7 +36,7 @@ def add_encoder_arg(g) -> None:
 
     g.add_argument("--speaker-encoder", choices=ENCODER_NAMES, default=DEFAULT_ENCODER,
                    help="the voice-print network: campplus (CAM++, the default: voices far better told apart) "
-                        "or ge2e (Resemblyzer's: about half the CPU, close voices merged more often)")
+                        "or ge2e (Resemblyzer's: about a third less CPU, close voices merged more often)")
 
 
 def wants_speakers(args: argparse.Namespace) -> bool:

@@ -1,16 +1,19 @@
 """Who is speaking, per stream: embeddings of the voiced audio at a fixed hop, clustered online,
 and each committed word's speaker, decided once when the word is committed.
 
-Every ``HOP_S`` of audio the 1.6 s ending there is embedded when at least half of its VAD frames
-are speech (the stream's Silero VAD; without one, frames above an energy floor). A committed
-word takes the speaker most of the windows centred on it were assigned (a window's middle
-``CENTRE_S``, the part whose speaker it best tells, weighted by overlap with the word); with none
-near it, the nearest window's. Labels are ``S1``, ``S2``, ... in the order speakers first get a
-word, or an enrolled speaker's name. Due windows wait for a batch of ``BATCH`` through the
-encoder unless a word needs a label (then they go at once: a label never waits). The state is
-bounded: per speaker a sum, a count and its last 64 embeddings (cluster.py), the last ``KEEP_S``
-seconds of windows, 2.6 s of audio and at most ``BATCH - 1`` waiting windows (``keep_all`` keeps
-every window's embedding, for offline clustering of the same embeddings)."""
+Every hop (``HOPS``: 1 s for CAM++, 0.5 s for GE2E) the 1.6 s ending there is embedded when at
+least half of its VAD frames are speech (the stream's Silero VAD; without one, frames above an
+energy floor); after a window with less, the next is tried ``RETRY`` later. Speakers come from
+clustering every window again (CAM++, ``cluster.Reclustered``) or window by window (GE2E,
+``cluster.OnlineClusters``). A committed word takes the speaker most of the windows centred on
+it were assigned (a window's middle ``CENTRE_S``, or the hop if longer, the part whose speaker
+it best tells, weighted by overlap with the word); with none near it, the nearest window's.
+Labels are ``S1``, ``S2``, ... in the order speakers first get a word, or an enrolled speaker's
+name. Due windows wait for a batch of ``BATCH`` through the encoder unless a word needs a label
+(then they go at once: a label never waits). The state is bounded: at most 240 windows
+clustered (CAM++) or per speaker a sum, a count and its last 64 embeddings (GE2E), the last
+``KEEP_S`` seconds of windows, 2.6 s of audio and at most ``BATCH - 1`` waiting windows
+(``keep_all`` keeps every window's embedding, for offline clustering of the same embeddings)."""
 
 from __future__ import annotations
 
@@ -27,8 +30,9 @@ HOP_S = 0.5  # GE2E: one embedding per half second of voiced audio (~14 ms of on
 HOP = int(HOP_S * SAMPLE_RATE)
 # per encoder: the hop between windows, and whether the speakers are found by clustering every
 # window again (cluster.Reclustered) or window by window (cluster.OnlineClusters). CAM++ costs
-# ~4x GE2E a window (~50 ms), so it embeds one a second: within the CPU bar, and a window still
-# reaches every word by the time it commits (~1 s after its end)
+# ~4x GE2E a window (~50 ms), so it embeds one a second, the fewest for which a window still
+# reaches every word by the time it commits (~1 s after its end): +22-25 % of a tiny.en stream's
+# CPU on continuous speech (docs/benchmarks.md, "Speakers"; a 1.5 s hop cost the bars)
 HOPS = {"ge2e": HOP_S, "campplus": 1.0}
 RECLUSTER = {"ge2e": False, "campplus": True}
 CENTRE_S = 0.8
