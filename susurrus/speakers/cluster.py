@@ -229,16 +229,17 @@ def _match_refs(embeddings: np.ndarray, labels: np.ndarray, refs: list[np.ndarra
 class Reclustered:
     """Online speakers by clustering again: every window heard so far (the last ``RECENT``, and a
     uniform sample of each speaker's older ones, ``EXEMPLARS`` in all, at most ``PER_SPEAKER``
-    a speaker) is clustered offline (:func:`cluster_offline`,
-    the same average linkage a whole file gets) whenever labels are asked for and new windows
-    have come, and each cluster keeps the speaker id most of its windows had before (a cluster
-    that matches none is a new speaker). A stream so decides as a whole file would, from what
+    a speaker) is clustered offline (:func:`cluster_offline`, the same average linkage a whole
+    file gets) whenever labels are asked for and new windows have come, and each cluster keeps
+    the speaker id most of its windows had before (a cluster that matches none is a new
+    speaker; see ``SPLIT_MIN``). A stream so decides as a whole file would, from what
     it has heard: a close second voice is a cluster of its own once its windows are together
     farther from the first voice's than the threshold, which a window-by-window decision against
     a drifting centroid missed. Ids: enrolled references ``0..R-1``, then in order of opening.
     Words already labelled keep their labels (the tracker's rule); only the windows' ids move.
 
-    ``windows``: objects with ``embedding`` and a writable ``cluster`` (the tracker's windows)."""
+    :meth:`add` takes objects with an ``embedding`` and a writable ``cluster`` (the tracker's
+    windows); :meth:`update` sets ``cluster`` on the recent ones."""
 
     config: SpeakerConfig
     refs: list[np.ndarray] = field(default_factory=list)
@@ -320,7 +321,6 @@ class Reclustered:
         moved: dict[int, list[np.ndarray]] = {}
         for (_, e), c in zip(old, ids[: len(old)], strict=True):
             moved.setdefault(mapping[int(c)], []).append(e)
-        self.exemplars = moved
         cap = self._cap()
         self.exemplars = {k: v[:cap] for k, v in moved.items()}
 
