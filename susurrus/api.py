@@ -185,7 +185,8 @@ class WhisperModel:
             if d is not None:
                 speakers, min_speakers, max_speakers = d.speakers, d.min_speakers, d.max_speakers
                 speaker_refs = {n: np.array(e, np.float32) for n, e in d.refs} | (speaker_refs or {})
-            session.speakers = make_tracker(speakers, min_speakers, max_speakers, speaker_refs)
+            session.speakers = make_tracker(speakers, min_speakers, max_speakers, speaker_refs,
+                                            encoder=d.encoder if d is not None else None)
         return session
 
     def streams(self) -> StreamBatch:

@@ -132,3 +132,20 @@ def test_speaker_encoder_option_makes_that_tracker(command, dev_item):
         args = build_parser().parse_args([command, path, "--diarize", *flag])
         tracker = tracker_from_args(args)
         assert tracker.config.encoder == want and tracker.config.threshold == (0.31 if dim == 192 else 0.58)
+
+
+def test_a_realtime_session_chooses_the_speaker_encoder(tiny):
+    """``session.update`` with ``susurrus: {"diarize": true, "speaker_encoder": "ge2e"}``: the
+    session's stream labels with GE2E; CAM++ unless given; anything else is the protocol's
+    ``invalid_value`` naming the field."""
+    from susurrus.server.realtime.protocol import ProtocolError
+    from susurrus.speakers.settings import parse_diarization
+
+    assert parse_diarization({"diarize": True}, None).encoder == "campplus"
+    d = parse_diarization({"diarize": True, "speaker_encoder": "ge2e"}, None)
+    assert d.encoder == "ge2e" and d.as_dict()["speaker_encoder"] == "ge2e"
+    assert parse_diarization({"speakers": 2}, d).encoder == "ge2e"  # kept by a later update
+    with pytest.raises(ProtocolError) as err:
+        parse_diarization({"diarize": True, "speaker_encoder": "ecapa"}, None)
+    assert err.value.param == "session.susurrus.speaker_encoder"
+    assert tiny.stream(diarization=d).speakers.config.encoder == "ge2e"
