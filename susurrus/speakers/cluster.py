@@ -20,14 +20,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from susurrus.speakers.settings import DEFAULT_ENCODER
+from susurrus.speakers.settings import DEFAULT_ENCODER, ENCODER_SPECS
 
-SAME_SPEAKER = 0.58  # cosine similarity; see the module docstring (measured: 0.582, EER 7.9 %)
-SAME_CENTROID = 0.68  # an embedding against a speaker's centroid (measured: 0.684, EER 1.0 %)
-# the same two equal-error points per encoder (``python -m susurrus.speakers.threshold --encoder
-# NAME``): CAM++ pairs 0.310 (EER 1.8 %), against a centroid of 8 0.325 (EER 1.0 %)
-THRESHOLDS = {"ge2e": (SAME_SPEAKER, SAME_CENTROID), "campplus": (0.31, 0.33)}
+# GE2E's two thresholds (the module docstring; every encoder's: settings.ENCODER_SPECS)
+SAME_SPEAKER = ENCODER_SPECS["ge2e"].same_pair  # measured: 0.582, EER 7.9 %
+SAME_CENTROID = ENCODER_SPECS["ge2e"].same_centroid  # measured: 0.684, EER 1.0 %
 PENDING = -1
+# a run of this many windows given to one speaker may be another voice (OnlineClusters'
+# split test); fewer that re-clustering cuts off a known speaker stay that speaker (Reclustered)
+SPLIT_RUN = 4
 
 
 @dataclass
@@ -36,7 +37,7 @@ class SpeakerConfig:
     bound the count (past ``max`` a new voice is merged into the nearest speaker); ``threshold``:
     the similarity at or above which two embeddings (or clusters, offline) are one speaker;
     ``centroid_threshold``: an embedding and a speaker's centroid (the stream); both default to
-    the ``encoder``'s measured values (:data:`THRESHOLDS`)."""
+    the ``encoder``'s measured values (``settings.ENCODER_SPECS``)."""
 
     speakers: int | None = None
     min_speakers: int = 1
@@ -46,11 +47,11 @@ class SpeakerConfig:
     encoder: str = DEFAULT_ENCODER
 
     def __post_init__(self) -> None:
-        if self.encoder not in THRESHOLDS:
-            raise ValueError(f"unknown speaker encoder {self.encoder!r}: one of {', '.join(THRESHOLDS)}")
-        pair, centroid = THRESHOLDS[self.encoder]
-        self.threshold = pair if self.threshold is None else self.threshold
-        self.centroid_threshold = centroid if self.centroid_threshold is None else self.centroid_threshold
+        if self.encoder not in ENCODER_SPECS:
+            raise ValueError(f"unknown speaker encoder {self.encoder!r}: one of {', '.join(ENCODER_SPECS)}")
+        spec = ENCODER_SPECS[self.encoder]
+        self.threshold = spec.same_pair if self.threshold is None else self.threshold
+        self.centroid_threshold = spec.same_centroid if self.centroid_threshold is None else self.centroid_threshold
         if self.speakers is not None:
             if self.speakers < 1:
                 raise ValueError(f"speakers must be at least 1, got {self.speakers}")
@@ -255,8 +256,8 @@ class Reclustered:
     EXEMPLARS = 120
     PER_SPEAKER = 16
     # a cluster made mostly of windows a known speaker had is that speaker split in two: another
-    # voice only with this many windows (as OnlineClusters' split test asks for a run of 4)
-    SPLIT_MIN = 4
+    # voice only with this many windows (the run OnlineClusters' split test asks for)
+    SPLIT_MIN = SPLIT_RUN
 
     def _cap(self) -> int:
         """Older windows kept a speaker: ``PER_SPEAKER``, fewer once many speakers share ``EXEMPLARS``."""
@@ -309,7 +310,8 @@ class Reclustered:
             if c in mapping:
                 continue
             prior = [k for cc, k in zip(ids, before, strict=True) if cc == c and k != PENDING]
-            if 2 * len(prior) > int((ids == c).sum()) and int((ids == c).sum()) < self.SPLIT_MIN:
+            size = int((ids == c).sum())
+            if 2 * len(prior) > size and size < self.SPLIT_MIN:
                 # mostly windows a speaker already had, too few to be another voice: still that speaker
                 mapping[c] = max(set(prior), key=prior.count)
             else:

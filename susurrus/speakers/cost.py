@@ -28,7 +28,7 @@ def stream_cost(path: str, seconds: float = 60.0, reps: int = 2) -> None:
     import susurrus.speakers.stream as hook
     from susurrus.audio.io import decode_audio
     from susurrus.speakers import make_tracker
-    from susurrus.speakers.encoder import ENCODERS
+    from susurrus.speakers.settings import ENCODER_NAMES
 
     torch.set_num_threads(1)
     audio = decode_audio(path)[: int(seconds * 16000)]
@@ -55,12 +55,12 @@ def stream_cost(path: str, seconds: float = 60.0, reps: int = 2) -> None:
         return time.process_time() - t, s
 
     blocks = [audio[i: i + 1600] for i in range(0, len(audio), 1600)]
-    for enc in ENCODERS:
+    for enc in ENCODER_NAMES:
         run(enc, blocks[:100])  # warm-up: each encoder loaded and exported
     print("| run | stream + labels core-s per audio s | labels' own | windows | batches |")
     print("|---|---|---|---|---|")
     for _ in range(reps):
-        for encoder in (None, *ENCODERS):
+        for encoder in (None, *ENCODER_NAMES):
             spent[0] = 0.0
             cpu, s = run(encoder, blocks)
             t = s.speakers
@@ -72,14 +72,15 @@ def window_cost(path: str = "../shared/data/dev/audio/jfk_inaugural.wav", reps: 
     import torch
 
     from susurrus.audio.io import decode_audio
-    from susurrus.speakers.encoder import ENCODERS, PARTIAL_SAMPLES, SpeakerEncoderMissing, embed_partials
+    from susurrus.speakers.encoder import PARTIAL_SAMPLES, SpeakerEncoderMissing, embed_partials
+    from susurrus.speakers.settings import ENCODER_NAMES
 
     torch.set_num_threads(1)
     x = decode_audio(path)
     pieces = [x[i: i + PARTIAL_SAMPLES] for i in range(0, 4 * 8000, 8000)]
     print("| encoder | runtime | batch | CPU ms a window |")
     print("|---|---|---|---|")
-    for enc in ENCODERS:
+    for enc in ENCODER_NAMES:
         for runtime in ("ort", "torch"):
             for batch in (1, 2, 4):
                 try:

@@ -1,4 +1,4 @@
-"""The speaker encoders. The default: Resemblyzer's pretrained GE2E network (Wan et al., "Generalized
+"""The speaker encoders. GE2E: Resemblyzer's pretrained network (Wan et al., "Generalized
 end-to-end loss for speaker verification", ICASSP 2018), its weights read from the
 ``resemblyzer`` package (PyPI, ``pretrained.pt``, ~17 MB) without importing it (its own
 preprocessing pulls librosa and webrtcvad; the network is small enough to run here).
@@ -25,19 +25,14 @@ from torch import nn
 
 from susurrus.audio.features import mel_filters
 from susurrus.speakers.runtime import SpeakerEncoderMissing, ort_session, run_network
-from susurrus.speakers.settings import DEFAULT_ENCODER, ENCODER_NAMES
+from susurrus.speakers.settings import DEFAULT_ENCODER, ENCODER_NAMES, ENCODER_SPECS
 
 SAMPLE_RATE = 16000
 WINDOW = 400  # 25 ms
 HOP = 160  # 10 ms
 PARTIAL_FRAMES = 160  # 1.6 s
 PARTIAL_SAMPLES = PARTIAL_FRAMES * HOP
-EMBED_DIM = 256
-# the speaker encoders: name -> embedding size. "campplus" (:mod:`.campplus`, the default: EER
-# 1.8 % on the shared data's 1.6 s partials, ~50 ms a window, embedded once a second), "ge2e"
-# (this module: EER 7.9 %, 12-14 ms a window, twice a second; docs/benchmarks.md, "Speakers")
-ENCODERS = {"campplus": 192, "ge2e": EMBED_DIM}
-assert tuple(ENCODERS) == ENCODER_NAMES
+EMBED_DIM = ENCODER_SPECS["ge2e"].dim
 
 
 def weights_path() -> Path:
@@ -113,13 +108,13 @@ def ort_encoder():
 def embed_partials(wavs: list[np.ndarray], runtime: str = "auto", encoder: str = DEFAULT_ENCODER) -> np.ndarray:
     """One embedding per 1.6 s piece of audio (shorter ones zero-padded), ``(n, 256)`` float32;
     ``runtime``: "ort" (:func:`ort_encoder`), "torch", or "auto" (ort where installed);
-    ``encoder``: one of :data:`ENCODERS` ("campplus": ``(n, 192)``, :mod:`.campplus`)."""
+    ``encoder``: one of ``settings.ENCODER_NAMES`` ("campplus": ``(n, 192)``, :mod:`.campplus`)."""
     if encoder == "campplus":
         from susurrus.speakers import campplus
 
         return campplus.embed_partials(wavs, PARTIAL_SAMPLES, runtime)
     if encoder != "ge2e":
-        raise ValueError(f"unknown speaker encoder {encoder!r}: one of {', '.join(ENCODERS)}")
+        raise ValueError(f"unknown speaker encoder {encoder!r}: one of {', '.join(ENCODER_NAMES)}")
     if not wavs:
         return np.zeros((0, EMBED_DIM), np.float32)
     mels = torch.stack([mel_frames(np.pad(w, (0, max(0, PARTIAL_SAMPLES - len(w)))))[:PARTIAL_FRAMES]
@@ -139,7 +134,7 @@ def load(encoder: str = DEFAULT_ENCODER) -> None:
         load_encoder()
         ort_encoder()
     else:
-        raise ValueError(f"unknown speaker encoder {encoder!r}: one of {', '.join(ENCODERS)}")
+        raise ValueError(f"unknown speaker encoder {encoder!r}: one of {', '.join(ENCODER_NAMES)}")
 
 
 @torch.inference_mode()

@@ -9,7 +9,8 @@ from os import PathLike
 
 import numpy as np
 
-from susurrus.speakers.encoder import DEFAULT_ENCODER, ENCODERS, SAMPLE_RATE, embed_utterance
+from susurrus.speakers.encoder import SAMPLE_RATE, embed_utterance
+from susurrus.speakers.settings import DEFAULT_ENCODER, ENCODER_SPECS
 
 MIN_VOICED_S = 2.0  # ~1.3 GE2E partials of speech: less gives an unreliable voice print
 
@@ -43,7 +44,7 @@ def voiced_audio(x: np.ndarray) -> np.ndarray:
 def load_reference(name: str, clip: str | PathLike | np.ndarray, encoder: str = DEFAULT_ENCODER) -> np.ndarray:
     """The unit voice print of ``name`` from its clip (a path or 16 kHz samples, or a voice
     print already made by ``encoder``)."""
-    if isinstance(clip, np.ndarray) and clip.ndim == 1 and len(clip) == ENCODERS[encoder]:
+    if isinstance(clip, np.ndarray) and clip.ndim == 1 and len(clip) == ENCODER_SPECS[encoder].dim:
         return clip.astype(np.float32) / np.linalg.norm(clip)
     what = f"speaker reference {name!r}" + ("" if isinstance(clip, np.ndarray) else f" ({clip})")
     if isinstance(clip, np.ndarray):

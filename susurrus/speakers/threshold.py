@@ -3,7 +3,7 @@ speaker, from voiced audio), the cosine similarity of every same- and different-
 the threshold where the two error rates meet (the equal-error rate). ``python -m
 susurrus.speakers.threshold [DATA_ROOT] [--encoder ge2e|campplus]``;
 :data:`~susurrus.speakers.cluster.SAME_SPEAKER` is this figure rounded (and
-:data:`~susurrus.speakers.cluster.THRESHOLDS` per encoder). Then the voices the conversations
+``settings.ENCODER_SPECS`` per encoder). Then the voices the conversations
 confuse (:func:`close_voices`): two pairs of children, and Thorsten's emotional takes."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import numpy as np
 
 from susurrus.audio.io import decode_audio
 from susurrus.speakers.conversations import speaker_pool
-from susurrus.speakers.encoder import DEFAULT_ENCODER, ENCODERS, PARTIAL_SAMPLES, embed_partials
+from susurrus.speakers.encoder import PARTIAL_SAMPLES, embed_partials
+from susurrus.speakers.settings import DEFAULT_ENCODER, ENCODER_NAMES
 from susurrus.speakers.tracker import energy_voiced
 
 
@@ -110,6 +111,6 @@ def close_voices(root: Path, e: np.ndarray, who: np.ndarray, encoder: str) -> No
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", nargs="?", default="../shared/data", help="the shared data (default ../shared/data)")
-    ap.add_argument("--encoder", default=DEFAULT_ENCODER, choices=tuple(ENCODERS), help="the speaker encoder")
+    ap.add_argument("--encoder", default=DEFAULT_ENCODER, choices=ENCODER_NAMES, help="the speaker encoder")
     args = ap.parse_args()
     main(args.root, args.encoder)

@@ -1,9 +1,10 @@
 """Who is speaking, per stream: embeddings of the voiced audio at a fixed hop, clustered online,
 and each committed word's speaker, decided once when the word is committed.
 
-Every hop (``HOPS``: 1 s for CAM++, 0.5 s for GE2E) the 1.6 s ending there is embedded when at
-least half of its VAD frames are speech (the stream's Silero VAD; without one, frames above an
-energy floor); after a window with less, the next is tried ``RETRY`` later. Speakers come from
+Every hop (the encoder's ``hop_s`` in ``settings.ENCODER_SPECS``: 1 s for CAM++, 0.5 s for
+GE2E) the 1.6 s ending there is embedded when at least half of its VAD frames are speech (the
+stream's Silero VAD; without one, frames above an energy floor); after a window with less, the
+next is tried ``RETRY`` later. Speakers come from
 clustering every window again (CAM++, ``cluster.Reclustered``) or window by window (GE2E,
 ``cluster.OnlineClusters``). A committed word takes the speaker most of the windows centred on
 it were assigned (a window's middle ``CENTRE_S``, or the hop if longer, the part whose speaker
@@ -23,18 +24,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from susurrus.speakers.cluster import PENDING, OnlineClusters, Reclustered, SpeakerConfig, cluster_offline
+from susurrus.speakers.cluster import (
+    PENDING,
+    SPLIT_RUN,
+    OnlineClusters,
+    Reclustered,
+    SpeakerConfig,
+    cluster_offline,
+)
 from susurrus.speakers.encoder import PARTIAL_SAMPLES, SAMPLE_RATE, embed_partials
+from susurrus.speakers.settings import ENCODER_SPECS
 
-HOP_S = 0.5  # GE2E: one embedding per half second of voiced audio (~14 ms of one core each)
-HOP = int(HOP_S * SAMPLE_RATE)
-# per encoder: the hop between windows, and whether the speakers are found by clustering every
-# window again (cluster.Reclustered) or window by window (cluster.OnlineClusters). CAM++ costs
-# ~4x GE2E a window (~50 ms), so it embeds one a second, the fewest for which a window still
-# reaches every word by the time it commits (~1 s after its end): +22-25 % of a tiny.en stream's
-# CPU on continuous speech (docs/benchmarks.md, "Speakers"; a 1.5 s hop cost the bars)
-HOPS = {"ge2e": HOP_S, "campplus": 1.0}
-RECLUSTER = {"ge2e": False, "campplus": True}
+# the hop between windows and how speakers are found are the encoder's (settings.ENCODER_SPECS):
+# CAM++'s window a second costs +22-25 % of a tiny.en stream's CPU on continuous speech
+# (docs/benchmarks.md, "Speakers"; a 1.5 s hop cost the bars)
 CENTRE_S = 0.8
 KEEP_S = 60.0  # windows kept for labelling words (a word commits within seconds of its end)
 VOICED = 0.5  # a window is embedded when this fraction of its frames is speech
@@ -42,7 +45,7 @@ RETRY = int(0.25 * SAMPLE_RATE)  # after a window with too little speech, the ne
 # windows wait until this many are due or a word needs a label, then go through the encoder as
 # one batch (a batch of 4 costs ~30 % less a window than one at a time; a label never waits)
 BATCH = 4
-GROUP = 4  # consecutive windows (2 s of speech) that may open a speaker inside another's (cluster.py)
+GROUP = SPLIT_RUN  # consecutive windows (2 s of GE2E's speech) that may open a speaker inside another's
 
 Voiced = Callable[[float, float], float | None]  # (start_s, end_s) -> fraction of speech frames
 
@@ -73,10 +76,10 @@ class SpeakerTracker:
         for name, emb in (refs or {}).items():
             self.clusters.enrol(name, emb)
         self.refs = dict(refs or {})
-        self.hop = int(HOPS[self.config.encoder] * SAMPLE_RATE)
-        self.centre_s = max(CENTRE_S, HOPS[self.config.encoder])  # windows' middles tile the speech
-        self.reclustered = Reclustered(self.config, list(self.refs.values())) \
-            if RECLUSTER[self.config.encoder] else None
+        spec = ENCODER_SPECS[self.config.encoder]
+        self.hop = int(spec.hop_s * SAMPLE_RATE)
+        self.centre_s = max(CENTRE_S, spec.hop_s)  # windows' middles tile the speech
+        self.reclustered = Reclustered(self.config, list(self.refs.values())) if spec.recluster else None
         self.windows: deque[Window] = deque(maxlen=int(KEEP_S * SAMPLE_RATE / self.hop))
         self.all: list[Window] | None = [] if keep_all else None
         self.audio = np.zeros(0, np.float32)  # the last samples, ending at ``samples``
@@ -118,27 +121,23 @@ class SpeakerTracker:
         embs = embed_partials([p for _, _, p in due], encoder=self.config.encoder)
         self.embedded += len(due)
         self.batches += 1
-        if self.reclustered is not None:
-            for (a, b, _), e in zip(due, embs, strict=True):
-                w = Window(a, b, PENDING, e)
-                self.windows.append(w)
-                self.reclustered.add(w)
-                if self.all is not None:
-                    self.all.append(Window(a, b, PENDING, e))
-            return
         for (a, b, _), e in zip(due, embs, strict=True):
-            k, settled = self.clusters.assign(e)
-            if settled is not None:
-                for w in reversed(self.windows):
-                    if w.cluster == PENDING:
-                        w.cluster = settled
-                        break
-            w = Window(a, b, k, e)
+            if self.reclustered is not None:  # its clustering, when labels are asked for, gives the speaker
+                w = Window(a, b, PENDING, e)
+                self.reclustered.add(w)
+            else:
+                k, settled = self.clusters.assign(e)
+                if settled is not None:
+                    for earlier in reversed(self.windows):
+                        if earlier.cluster == PENDING:
+                            earlier.cluster = settled
+                            break
+                w = Window(a, b, k, e)
             self.windows.append(w)
-            if k != PENDING:
-                self._split(k)
             if self.all is not None:
                 self.all.append(w)
+            if self.reclustered is None and w.cluster != PENDING:
+                self._split(w.cluster)
 
     def _split(self, k: int) -> None:
         """The last ``GROUP`` windows, consecutive and all given to speaker ``k``: another voice
@@ -147,7 +146,7 @@ class SpeakerTracker:
         run = list(self.windows)[-GROUP:]
         if len(run) < GROUP or any(w.cluster != k for w in run):
             return
-        if run[-1].start - run[0].start > (GROUP - 1) * HOP_S + 1e-6:  # not consecutive
+        if run[-1].start - run[0].start > (GROUP - 1) * self.hop / SAMPLE_RATE + 1e-6:  # not consecutive
             return
         j = self.clusters.split_off(k, np.stack([w.embedding for w in run]))
         if j is not None:
