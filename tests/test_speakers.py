@@ -168,6 +168,24 @@ def test_tracker_state_stays_bounded():
         assert not tracker.queue and not tracker.clusters.sums
 
 
+def test_campplus_one_segment_mask_is_the_segment_mask():
+    """A window of at most 100 frames after the TDNN (the stream's 1.6 s: 79) takes one context
+    mask for all its frames: the same values as the per-segment masks of a longer piece."""
+    import torch
+    import torch.nn.functional as F
+
+    from susurrus.speakers.campplus import _CAMLayer
+
+    torch.manual_seed(0)
+    layer = _CAMLayer(128, 32, 2).eval()
+    for n in (79, 100):
+        x = torch.randn(1, 128, n)
+        context = x.mean(-1, keepdim=True) + F.avg_pool1d(x, 100, 100, ceil_mode=True)
+        mask = torch.sigmoid(layer.linear2(F.relu(layer.linear1(context))))
+        expected = layer.linear_local(x) * mask.repeat_interleave(100, dim=-1)[..., :n]
+        assert torch.allclose(layer(x), expected, atol=1e-6)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("encoder", ["ge2e", "campplus"])
 def test_onnx_runtime_encoder_equals_torch(encoder, clip, tmp_path, monkeypatch):

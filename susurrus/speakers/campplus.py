@@ -28,6 +28,7 @@ from torch import nn
 SAMPLE_RATE = 16000
 EMBED_DIM = 192
 N_MELS = 80
+WINDOW_FRAMES = 1 + (25600 - 400) // 160  # a 1.6 s window's fbank frames (what the ONNX graph takes)
 _WEIGHTS = ("models", "speech_campplus_sv_zh_en_16k-common_advanced", "campplus_cn_en_common.pt")
 
 
@@ -103,8 +104,12 @@ class _CAMLayer(nn.Module):
         y = self.linear_local(x)
         # context: the mean over the whole piece plus the mean over its 100-frame segment, one
         # value per segment: the mask is computed per segment, then spread over its frames (the
-        # same values as computing it frame by frame; ~10 % less work a window)
+        # same values as computing it frame by frame; ~10 % less work a window). A piece of one
+        # segment (a stream's 1.6 s window: 79 frames here) has one mask for all its frames.
         n = x.shape[-1]
+        if n <= 100:
+            mask = torch.sigmoid(self.linear2(F.relu(self.linear1(2 * x.mean(-1, keepdim=True)))))
+            return y * mask
         context = x.mean(-1, keepdim=True) + F.avg_pool1d(x, 100, 100, ceil_mode=True)
         mask = torch.sigmoid(self.linear2(F.relu(self.linear1(context))))
         return y * mask.repeat_interleave(100, dim=-1)[..., :n]
@@ -226,14 +231,15 @@ def fbank(wav: np.ndarray) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=1)
 def ort_campplus():
-    """The network as an ONNX Runtime session on one thread, or None without ``onnx`` and
-    ``onnxruntime`` (:func:`~susurrus.speakers.runtime.ort_session`; embeddings within 1e-5 of
-    torch's; ~62 ms a window against torch's ~94-123, one core, batches of 1-4)."""
+    """The network as an ONNX Runtime session on one thread for the stream's 1.6 s windows (158
+    frames: the graph is traced at that length, whose context masks are one per window, and
+    takes no other), or None without ``onnx`` and ``onnxruntime``
+    (:func:`~susurrus.speakers.runtime.ort_session`; embeddings within 1e-5 of torch's; ~50 ms
+    a window against torch's ~94-123, one core, batches of 1-4)."""
     from susurrus.speakers.runtime import ort_session
 
-    frames = 1 + (25600 - 400) // 160
-    return ort_session(load_campplus(), torch.zeros(1, frames, N_MELS), weights_path(), "speaker_campplus_v2", "fbank",
-                       dynamic_time=True)
+    return ort_session(load_campplus(), torch.zeros(1, WINDOW_FRAMES, N_MELS), weights_path(), "speaker_campplus_v3",
+                       "fbank")
 
 
 @torch.inference_mode()
@@ -245,4 +251,6 @@ def embed_partials(wavs: list[np.ndarray], partial_samples: int, runtime: str = 
     if not wavs:
         return np.zeros((0, EMBED_DIM), np.float32)
     feats = torch.stack([fbank(np.pad(w, (0, max(0, partial_samples - len(w))))[:partial_samples]) for w in wavs])
+    if feats.shape[1] != WINDOW_FRAMES and runtime == "auto":  # the ONNX graph takes 1.6 s windows only
+        runtime = "torch"
     return run_network(feats, runtime, ort_campplus, load_campplus, "fbank")

@@ -1,5 +1,5 @@
 """Speaker labels for a whole file (``susurrus transcribe --diarize``, REST ``diarized_json``):
-the stream's embeddings (1.6 s windows every 0.5 s of voiced audio) clustered all at once
+the stream's embeddings (1.6 s windows of voiced audio at the encoder's hop) clustered all at once
 (agglomerative, :func:`~susurrus.speakers.cluster.cluster_offline`), each word labelled as a
 stream labels it, and segments split where the speaker changes (their words' texts unchanged)."""
 

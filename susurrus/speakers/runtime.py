@@ -15,8 +15,7 @@ class SpeakerEncoderMissing(RuntimeError):
     pass
 
 
-def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str, input_name: str,
-                dynamic_time: bool = False):
+def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str, input_name: str):
     """``net`` as an ONNX Runtime session on one thread (``input_name``, batch axis dynamic), or
     None without ``onnx`` and ``onnxruntime``. Exported by torch (a few CPU-s, once: the graph is
     kept in the disk cache, :mod:`susurrus.disk_cache`, as ``STEM_DIGEST.onnx``, named by the
@@ -46,7 +45,7 @@ def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(net, (example,), buf, input_names=[input_name], output_names=["embedding"],
-                              dynamic_axes={input_name: {0: "batch", 1: "frames"} if dynamic_time else {0: "batch"}},
+                              dynamic_axes={input_name: {0: "batch"}},
                               dynamo=False)
         graph = buf.getvalue()
         if cached:
