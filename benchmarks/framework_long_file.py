@@ -34,6 +34,7 @@ from long_file_under_load import FILE, stream_text  # noqa: E402
 from server_concurrency import server_rss_mb  # noqa: E402
 
 from susurrus.audio.io import decode_audio  # noqa: E402
+from susurrus.evaluation.data import read_manifest  # noqa: E402
 from susurrus.evaluation.metrics import corpus_error_rate  # noqa: E402
 
 BLOCK = 2400  # 100 ms at 24 kHz
@@ -141,6 +142,8 @@ def main() -> int:
         path = Path(tempfile.mkdtemp()) / FILE.name
         sf.write(path, decode_audio(str(FILE))[: int(args.seconds * 16000)], 16000)
     reference = stream_text(path, args.model)
+    # the file's own transcript (the longform manifest), for the whole file only
+    truth = "" if args.seconds else next(i.text for i in read_manifest(FILE.parent.parent) if i.audio.name == FILE.name)
     audio = decode_audio(str(path), sampling_rate=24000)
     pcm = (np.clip(np.concatenate([audio, np.zeros(24000, np.float32)]), -1, 1) * 32767).astype(np.int16)
     names = [list(FRAMEWORKS)[k % len(FRAMEWORKS)] for k in range(args.clients)]
@@ -174,15 +177,20 @@ def main() -> int:
     print(f"\n{args.model}, default `susurrus serve`, {FILE.name} ({len(audio) / 24000:.0f} s) {pace}, "
           f"{args.clients} client(s) at once; `susurrus stream` gives {len(reference.split())} words; "
           f"server peak RSS {peak[0]:.0f} MB (workers included)\n")
-    print("| client | turns | words | WER % vs `susurrus stream` | wall s | error |")
-    print("|---|---|---|---|---|---|")
+
+    def vs_truth(text: str) -> str:
+        return f"{corpus_error_rate([(truth, text)]):.2f}" if truth else "-"
+
+    print("| client | turns | words | WER % vs `susurrus stream` | WER % vs the file's transcript | wall s | error |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| `susurrus stream` (no turns) | 1 | {len(reference.split())} | 0 | {vs_truth(reference)} | | |")
     for name, turns, wall in results:
         if isinstance(turns, str):
-            print(f"| {name} | - | - | - | {wall:.0f} | {turns[:120]} |")
+            print(f"| {name} | - | - | - | - | {wall:.0f} | {turns[:120]} |")
             continue
         text = " ".join(turns)
         print(f"| {name} | {len(turns)} | {len(text.split())} | {corpus_error_rate([(reference, text)]):.2f} | "
-              f"{wall:.0f} | |")
+              f"{vs_truth(text)} | {wall:.0f} | |")
     print(json.dumps({"results": [(n, t if isinstance(t, str) else len(t), w) for n, t, w in results]}))
     return 0
 
