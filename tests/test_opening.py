@@ -95,13 +95,16 @@ def test_a_reading_in_place_of_the_streams_first_tokens():
 
 
 @pytest.mark.parametrize(("span", "latency"), [((2.4, 4.56), "medium"), ((2.4, 4.56), "high"),
-                                               ((2.6, 4.56), "medium"), ((2.2, 4.56), "high")])
+                                               ((2.6, 4.56), "medium"), ((2.2, 4.56), "high"),
+                                               ((2.4, 4.56), "low"), ((3.07, 4.72), "medium")])
 def test_a_turn_that_opens_with_silence_keeps_its_first_word(tiny, latency, span):
     """JFK's 2.40-4.56 s committed as one item (a client with its own VAD): the stream read its
     first word as "S" ("S not.", "S-not"), where offline Whisper reads "Ask not!". Offline
     Whisper's encoder lets the word's frames attend to the silence padding the window to 30 s,
     the stream's to the audio only; the opening check reads the window as offline encodes it
-    and puts its first word in place of the stream's."""
+    and puts its first word in place of the stream's. At ``low`` on 2.40 s, and with 0.2 s of
+    silence in front (3.07 s), the window's opening never moved and it committed nothing before
+    the item's end: the check runs at that final decode too (its last chance)."""
     import susurrus
 
     audio = decode_audio(susurrus.example_audio())[round(span[0] * 16000):round(span[1] * 16000)]
@@ -116,3 +119,20 @@ def test_a_turn_that_opens_with_silence_keeps_its_first_word(tiny, latency, span
     assert words() == ["ask", "not"]
     without = words(opening_check=False)
     assert without[0] in ("s", "s-not"), without  # what the stream alone reads there
+
+
+@pytest.mark.parametrize("latency", ["medium", "high"])
+def test_the_check_does_not_take_words_over_speech_away(tiny, hard_items, latency):
+    """A child's "When no one…" cut after 1.9 s, committed as one item: the stream and offline
+    read "We know one."; the padded reading opens at "one." (at ``high`` the check ran before
+    this change too, and cut the item to "one."). The stream's words go only where the VAD
+    calls their audio non-speech; "We" and "know" are over speech."""
+    item = next((i for i in hard_items if i.id == "speechocean762_004570259"), None)
+    if item is None:
+        pytest.skip("hard item speechocean762_004570259 not in the manifest")
+    audio = decode_audio(item.audio)[: round(1.9 * 16000)]
+    stream = tiny.stream(latency=latency)
+    for i in range(0, len(audio), 1600):
+        stream.feed(audio[i:i + 1600])
+    stream.finish()
+    assert [w.word.strip(" ,.!").lower() for w in stream.words] == ["we", "know", "one"]

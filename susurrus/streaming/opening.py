@@ -119,7 +119,8 @@ def read_opening(net: Whisper, tok: Tokenizer, cross: list[KV], prompt: list[int
     differ). Its own tokens before the join must be words read no later than the join
     (:func:`in_front`); they stand in place of the stream's tokens before the join: words in
     front ("für den Ausfall" → "Die Ursache für den Ausfall"), a first word heard otherwise
-    ("S not" → "Ask not"), or none ("Stay with what I know" → "What I know"). One decoder pass
+    ("S not" → "Ask not"), or none ("Stay with what I know" → "What I know": see
+    :func:`find_opening` for when words may go). One decoder pass
     when it opens as the stream does (nearly always), a few more otherwise."""
     dec = net.decoder
     at = joins(opening, starts_word)
@@ -198,11 +199,21 @@ def find_opening(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowSta
     continuation, as each step has them), puts there, or None (:func:`read_in_front`). The
     cross-attention positions it writes are put back. With the hallucination guard on, words
     it calls invented (over audio the VAD ``vad`` calls non-speech, or a phrase Whisper
-    invents) are not taken."""
+    invents) are not taken. A reading that would only take the stream's first words away
+    (none of its own in their place) is taken only where the guard calls those words invented:
+    the stream's words over speech stay ("We know one.", which offline reads too, is not cut to
+    "one." because the second reading opens at "one"); without a VAD no words go."""
     found = yield from read_both_ways(net, win, cross, n_real, running_max, silence, final,
                                       lambda kv: read_opening(net, tok, kv, prompt, rules, starts_word,
                                                               tokens[:n_commit]), offline=True)
-    if found is None or not found.tokens or not cfg.hallucination_guard or vad is None:
+    if found is not None and not found.tokens:  # the stream's first found.replaced tokens would go
+        if vad is None:
+            return None
+        words, ends = step_words(tok, tokens[:n_commit], n_commit, probs[:n_commit], qk[:, :n_commit], n_real, win,
+                                 None, 0.0)
+        gone = [w for w, end in zip(words, ends) if end <= found.replaced]
+        return found if gone and opening_hallucinated(gone, vad, cfg.gate_threshold) else None
+    if found is None or not cfg.hallucination_guard or vad is None:
         return found
     joined, _, joined_probs, joined_qk, n_joined = found.prepend(tokens, [], probs, qk, n_commit)
     words, ends = step_words(tok, joined[:n_joined], n_joined, joined_probs[:n_joined], joined_qk[:, :n_joined],

@@ -383,7 +383,9 @@ class StreamSession(WindowDecoding, VoiceActivity):
                 win.first_read_ms = win.mel.shape[1] * 10
             # its opening moved, or it was first read with right context enough to commit at once (as
             # when a language is detected after seconds): no earlier reading could show it moving
-            moved = bool(win.first_tokens - {tokens[0]}) or win.first_read_ms >= cfg.first_commit_ms
+            # or the window is committed whole at its final decode (a client's item, a turn, the
+            # stream's end): the last reading of its opening
+            moved = bool(win.first_tokens - {tokens[0]}) or win.first_read_ms >= cfg.first_commit_ms or final
             win.first_tokens.add(tokens[0])
         else:
             moved = False
