@@ -9,7 +9,8 @@ Ursache für den Ausfall"), where offline Whisper, whose encoder reads the same 
 directions, has the opening words.
 
 When a window's opening moved before its first commit (its hypotheses began with different
-tokens: the session keeps them in ``WindowState.first_tokens``), that commit is checked once
+tokens: the session keeps them in ``WindowState.first_tokens``), or that commit is the window's
+final decode (a client's item, a turn's end, the stream's end), that commit is checked once
 (:func:`find_opening`): the window's audio so far is encoded again with every frame attending to
 every other (with the silence continuation after it, as each step has it) and decoded with the
 same prompt. When that reading starts with other words, read from audio before the stream's
@@ -17,7 +18,8 @@ opening, and then reads the stream's whole opening as the stream does (:func:`re
 :func:`in_front`), those words are committed first. Nothing else changes: the stream decodes on
 over its own frames, and an opening the second reading does not extend (nearly always, found
 in one decoder pass) is committed as it was. Cost: an encoder pass over the window's frames so
-far and a decoder pass or a few, per window whose opening moved (docs/journal/2026-12.md).
+far and a decoder pass or a few, per window checked (docs/journal/2026-12.md, entries 80, 90:
+a committed item's ``finish()`` 138 → 155 ms of one core on average).
 """
 
 from __future__ import annotations
