@@ -208,19 +208,19 @@ def find_opening(net: Whisper, tok: Tokenizer, cfg: StreamConfig, win: WindowSta
     found = yield from read_both_ways(net, win, cross, n_real, running_max, silence, final,
                                       lambda kv: read_opening(net, tok, kv, prompt, rules, starts_word,
                                                               tokens[:n_commit]), offline=True)
-    if found is not None and not found.tokens:  # the stream's first found.replaced tokens would go
-        if vad is None:
-            return None
-        words, ends = step_words(tok, tokens[:n_commit], n_commit, probs[:n_commit], qk[:, :n_commit], n_real, win,
-                                 None, 0.0)
-        gone = [w for w, end in zip(words, ends) if end <= found.replaced]
+    if found is None or vad is None:
+        return None if found is not None and not found.tokens else found
+
+    def words_within(toks: list[int], toks_probs: list[float], toks_qk: torch.Tensor, n: int, first: int) -> list:
+        """The words of the first ``n`` tokens that end within the first ``first``."""
+        words, ends = step_words(tok, toks[:n], n, toks_probs[:n], toks_qk[:, :n], n_real, win, None, 0.0)
+        return [w for w, end in zip(words, ends) if end <= first]
+
+    if not found.tokens:  # the stream's first found.replaced tokens would go
+        gone = words_within(tokens, probs, qk, n_commit, found.replaced)
         return found if gone and opening_hallucinated(gone, vad, cfg.gate_threshold) else None
-    if found is None or not cfg.hallucination_guard or vad is None:
+    if not cfg.hallucination_guard:
         return found
     joined, _, joined_probs, joined_qk, n_joined = found.prepend(tokens, [], probs, qk, n_commit)
-    words, ends = step_words(tok, joined[:n_joined], n_joined, joined_probs[:n_joined], joined_qk[:, :n_joined],
-                             n_real, win, None, 0.0)
-    ahead = [w for w, end in zip(words, ends) if end <= len(found.tokens)]
-    if not ahead or opening_hallucinated(ahead, vad, cfg.gate_threshold):
-        return None
-    return found
+    ahead = words_within(joined, joined_probs, joined_qk, n_joined, len(found.tokens))
+    return found if ahead and not opening_hallucinated(ahead, vad, cfg.gate_threshold) else None

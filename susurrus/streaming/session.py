@@ -385,11 +385,11 @@ class StreamSession(WindowDecoding, VoiceActivity):
             # when a language is detected after seconds): no earlier reading could show it moving
             # or the window is committed whole at its final decode (a client's item, a turn, the
             # stream's end): the last reading of its opening
-            moved = bool(win.first_tokens - {tokens[0]}) or win.first_read_ms >= cfg.first_commit_ms or final
+            check = bool(win.first_tokens - {tokens[0]}) or win.first_read_ms >= cfg.first_commit_ms or final
             win.first_tokens.add(tokens[0])
         else:
-            moved = False
-        if n_commit and moved and again is None and cfg.opening_check and cfg.task == "transcribe":
+            check = False
+        if n_commit and check and again is None and cfg.opening_check and cfg.task == "transcribe":
             found = yield from find_opening(self.net, self.tokenizer, cfg, win, self.cross, self._prompt(), self._rules,
                                             self._starts_word, tokens, probs, qk, n_commit, n_real,
                                             self.mel_state.running_max, self._silence_frames, final, guard_vad)
