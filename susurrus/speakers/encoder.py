@@ -64,9 +64,10 @@ class VoiceEncoder(nn.Module):
 @functools.lru_cache(maxsize=1)
 def load_encoder() -> VoiceEncoder:
     """The pretrained network, loaded once per process (shared by every stream: read-only)."""
-    state = torch.load(weights_path(), map_location="cpu", weights_only=True)["model_state"]
-    net = VoiceEncoder()
-    net.load_state_dict({k: v for k, v in state.items() if not k.startswith("similarity_")})
+    with torch.inference_mode(False):  # plain parameters, whatever mode the first caller is in
+        state = torch.load(weights_path(), map_location="cpu", weights_only=True)["model_state"]
+        net = VoiceEncoder()
+        net.load_state_dict({k: v for k, v in state.items() if not k.startswith("similarity_")})
     return net.eval()
 
 

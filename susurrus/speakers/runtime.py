@@ -42,9 +42,11 @@ def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str,
         except ImportError:
             return None
         buf = io.BytesIO()
-        with warnings.catch_warnings():
+        # traced outside inference mode (a caller's inference_mode would make the trace's tensors
+        # inference tensors, which the LSTM's trace refuses), with no autograd record
+        with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(net, (example,), buf, input_names=[input_name], output_names=["embedding"],
+            torch.onnx.export(net, (example.clone(),), buf, input_names=[input_name], output_names=["embedding"],
                               dynamic_axes={input_name: {0: "batch"}},
                               dynamo=False)
         graph = buf.getvalue()
