@@ -20,7 +20,9 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soundfile as sf
@@ -47,6 +49,39 @@ async def paced(pcm: np.ndarray, realtime: bool):
         if realtime:
             await asyncio.sleep(max(0.0, t0 + i / 24000 - time.monotonic()))
         yield pcm[i:i + BLOCK]
+
+
+async def until_quiet(next_event: Callable[[], Awaitable[Any]], on_event: Callable[[Any], None],
+                      feed: asyncio.Task) -> None:
+    """``on_event`` for each event from ``next_event()`` until there are no more, or the feed is
+    done and no event came for ``QUIET_S`` (counted from the later of the two), or one raises.
+    The events are read in a task of their own: a wait with a deadline would be set when the
+    wait starts, so one begun while the feed still ran would outlast it by its whole deadline."""
+    last = [time.monotonic()]
+
+    async def pump() -> None:
+        while True:
+            try:
+                event = await next_event()
+            except StopAsyncIteration:
+                return
+            last[0] = time.monotonic()
+            on_event(event)
+
+    reader = asyncio.create_task(pump())
+    fed_at = None
+    while not reader.done():
+        await asyncio.sleep(0.2)
+        if feed.done():
+            fed_at = fed_at or time.monotonic()
+            if time.monotonic() - max(last[0], fed_at) > QUIET_S:
+                break
+    reader.cancel()
+    try:
+        await reader
+    except asyncio.CancelledError:
+        pass
+    await feed
 
 
 async def agents_sdk(url: str, pcm: np.ndarray, realtime: bool) -> list[str]:
@@ -81,17 +116,13 @@ async def openai_realtime(url: str, pcm: np.ndarray, realtime: bool) -> list[str
             async for block in paced(pcm, realtime):
                 await conn.input_audio_buffer.append(audio=base64.b64encode(block.tobytes()).decode())
 
-        task = asyncio.create_task(feed())
-        while True:
-            try:
-                event = await asyncio.wait_for(conn.recv(), QUIET_S if task.done() else 600)
-            except asyncio.TimeoutError:
-                break
+        def seen(event) -> None:
             if event.type == "conversation.item.input_audio_transcription.completed":
                 turns.append(event.transcript)
             elif event.type == "error":
                 raise RuntimeError(f"server error {event.error.code}: {event.error.message}")
-        await task
+
+        await until_quiet(conn.recv, seen, asyncio.create_task(feed()))
     return turns
 
 
@@ -112,16 +143,11 @@ async def livekit(url: str, pcm: np.ndarray, realtime: bool) -> list[str]:
                 stream.push_frame(rtc.AudioFrame(block.tobytes(), 24000, 1, len(block)))
             stream.end_input()
 
-        task = asyncio.create_task(feed())
-        events = stream.__aiter__()
-        while True:
-            try:
-                event = await asyncio.wait_for(events.__anext__(), QUIET_S if task.done() else 600)
-            except (asyncio.TimeoutError, StopAsyncIteration):
-                break
+        def seen(event) -> None:
             if event.type == stt.SpeechEventType.FINAL_TRANSCRIPT:
                 turns.append(event.alternatives[0].text)
-        await task
+
+        await until_quiet(stream.__aiter__().__anext__, seen, asyncio.create_task(feed()))
         await stream.aclose()
         await live.aclose()
     return turns
