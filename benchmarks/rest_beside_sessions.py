@@ -57,17 +57,19 @@ def uploads(url: str, short: Path, long: Path, reference: str) -> dict:
     from openai import OpenAI
 
     client = OpenAI(api_key="any", base_url=f"{url}/v1")  # the SDK's default timeout (600 s)
-    out: dict = {}
+    out: dict = {"phases": [("stream=True", time.perf_counter())]}
     t0 = time.monotonic()
     with open(short, "rb") as f:
         for event in client.audio.transcriptions.create(model="whisper-1", file=f, stream=True):
             if event.type == "transcript.text.delta":
                 out.setdefault("first_delta_s", time.monotonic() - t0)
     out["stream_done_s"] = time.monotonic() - t0
+    out["phases"].append(("non-streamed", time.perf_counter()))
     t0 = time.monotonic()
     with open(long, "rb") as f:
         text = client.audio.transcriptions.create(model="whisper-1", file=f).text
     out["long_s"] = time.monotonic() - t0
+    out["phases"].append(("end", time.perf_counter()))
     out["long_wer"] = corpus_error_rate([(reference, text)])
     out["long_words"] = len(text.split())
     return out
@@ -95,7 +97,10 @@ def main() -> int:
             live = [asyncio.create_task(run_client(f"ws://127.0.0.1:{port}/v1/realtime", r, start_at + 0.5 * k))
                     for k, r in enumerate(sessions)]
             await asyncio.sleep(5.0 + 0.5 * len(sessions))  # every session streaming
+            alone_from = time.perf_counter()
+            await asyncio.sleep(20.0 if sessions else 0.0)  # the sessions alone, for comparison
             result = await asyncio.to_thread(uploads, url, short, long, reference)
+            result["phases"].insert(0, ("sessions alone", alone_from))
             for task in live:
                 task.cancel()
             await asyncio.gather(*live, return_exceptions=True)
@@ -111,6 +116,15 @@ def main() -> int:
           f"({len(lat)} words delivered meanwhile; per-word wall latency p50 {pct(lat, 50):.2f} s, "
           f"p95 {pct(lat, 95):.2f} s; errors: {errors or 'none'})\n" if lat else
           f"\n{args.model}, default `susurrus serve`, no sessions beside the uploads\n")
+    if lat:  # the sessions' words by when they arrived: alone, then beside each upload
+        print("| sessions' words arriving | words | wall latency p50 s | p95 s |")
+        print("|---|---|---|---|")
+        phases = result["phases"]
+        for (name, a), (_, b) in zip(phases, phases[1:]):
+            during = [x for r in sessions for x, t in zip(r.wall_latency, r.arrived_at) if a <= t < b]
+            if during:
+                print(f"| {name} ({b - a:.0f} s) | {len(during)} | {pct(during, 50):.2f} | {pct(during, 95):.2f} |")
+        print()
     print("| upload | seconds of audio | first delta s | done s | WER % vs reference | words |")
     print("|---|---|---|---|---|---|")
     print(f"| stream=True | {args.short_s:.1f} | {result['first_delta_s']:.2f} | {result['stream_done_s']:.1f} | | |")

@@ -65,6 +65,7 @@ class Result:
     transcript: str = ""
     sent: list[tuple[float, float]] = field(default_factory=list)  # (audio end of append, wall time sent)
     wall_latency: list[float] = field(default_factory=list)
+    arrived_at: list[float] = field(default_factory=list)  # perf_counter when each word arrived
     word_ends: list[float] = field(default_factory=list)
     algo_latency: list[float] = field(default_factory=list)
     commit_lag: float = 0.0
@@ -99,6 +100,7 @@ async def run_client(url: str, r: Result, start_at: float) -> None:
                         if sent is None:  # the word ends in audio sent with the commit
                             sent = committed_at
                         r.wall_latency.append(arrived - sent)
+                        r.arrived_at.append(arrived)
                 elif kind == "conversation.item.input_audio_transcription.completed":
                     r.transcript = ev["transcript"]
                     r.commit_lag = now - committed_at

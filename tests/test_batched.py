@@ -263,6 +263,47 @@ def test_an_urgent_generator_runs_its_rounds_before_the_others(tiny):
     assert ended == [("urgent", 4), ("other", 5)] and calls == [1] * 6
 
 
+def test_a_rest_window_waits_for_the_realtime_streams_rounds(tiny, dev_item):
+    """A worker holding a realtime stream and a REST job: the job's next window (a second or
+    more of compute) is background work, run once the stream's step is done, not before it
+    (it used to run as soon as it was read, between two rounds of the step)."""
+    import threading
+    from multiprocessing import Pipe
+
+    from susurrus.server.workers.process import WorkerLoop
+
+    audio = decode_audio(dev_item("jfk_inaugural").audio)
+    server, worker = Pipe()
+    loop = WorkerLoop(worker, tiny)
+    # all in the pipe before the worker reads any (small messages: they fit its buffer)
+    server.send((1, "open", 7, {}))
+    feeds = list(range(10, 18))
+    for req, i in zip(feeds, range(0, 8 * 1600, 1600)):  # 0.8 s in 100 ms appends: a step completes
+        server.send((req, "feed", 7, audio[i:i + 1600]))
+    server.send((2, "iterate", 8, (_offline_job, (dev_item("jfk_inaugural").audio, 3.0))))
+    server.send((3, "next", 8, None))
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    replies = []
+    while len(replies) < 3 + len(feeds):
+        assert server.poll(120), f"the worker answered only {replies}"
+        req, ok, result, *_ = server.recv()
+        assert ok, result
+        replies.append(req)
+    server.send((0, "exit", 0, None))
+    thread.join(timeout=30)
+    assert loop.lockstep.rounds > 0
+    assert replies.index(3) > max(replies.index(req) for req in feeds)  # the window after every feed
+
+
+def _offline_job(model, path, seconds: float):
+    """A REST job as the server's (``offline.run``) on the first ``seconds`` of ``path`` (a path,
+    not the samples: the test's messages stay small enough to wait in the pipe)."""
+    from susurrus.decoding import offline
+
+    return offline.run(model, decode_audio(path)[: int(seconds * SR)], {"beam_size": 1})
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("window_ms, grid_ms", [(0.0, 0.0), (50.0, 0.0), (0.0, 200.0)])
 def test_a_worker_steps_its_streams_together_and_each_gets_its_own_text(tiny, dev_items, window_ms, grid_ms):

@@ -16,8 +16,11 @@ Python overhead once per round. A request for a stream whose work is in the lock
 behind it, so each stream's requests run in order. With ``batched=False`` (``--no-batching``)
 every request runs alone, in order, as before.
 
-Other requests (open, get, close, the REST jobs' ``iterate`` / ``next``, ``stats``: the
-lockstep's rounds and calls so far) run between rounds.
+Other requests (open, get, close, the REST jobs' ``iterate``, ``stats``: the lockstep's rounds
+and calls so far) run between rounds. A REST job's ``next`` (one 30 s window of an offline
+transcription, a second or more of compute) is background work: it waits until a round leaves
+the lockstep empty, so the realtime streams' steps go first, or at most ``BACKGROUND_WAIT_S``,
+so that an upload still finishes on a worker that is never idle.
 The compute a reply reports is the stream's own: its step's Python and an equal share of each
 packed pass it was in (:class:`~susurrus.streaming.calls.Lockstep`).
 """
@@ -37,6 +40,10 @@ TRIM_EVERY_S = 1.0  # while a worker works, this often the freed heap goes back 
 READY = 0  # request id of a worker's "model loaded" message
 NO_REPLY = -1  # request id of a message that is not answered (close)
 STEPPED = ("feed", "finish")  # the requests that run as step generators
+BACKGROUND = ("next",)  # the requests that wait for the realtime streams' rounds (REST windows)
+# the longest a background request waits for an empty lockstep: a 10-minute upload's 20 windows
+# wait at most 20 s in all on a worker that is never idle
+BACKGROUND_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,7 @@ class WorkerLoop:
         self.lockstep = Lockstep(model.net)
         self.busy: dict[int, deque[tuple]] = {}  # stream id -> requests waiting behind its work in the lockstep
         self.held: list[tuple[int, int, Any]] = []  # (request, stream id, step generator) waiting for the grid
+        self.background: deque[tuple[float, tuple]] = deque()  # (when it came, request) waiting for the rounds
         self.release_at = 0.0  # when the held feeds join the lockstep
         self.trim = heap_trimmer()
         self.worked_since_trim = False
@@ -141,7 +149,7 @@ class WorkerLoop:
         while True:
             if self.held and time.monotonic() >= self.release_at:
                 self._release()
-            idle = not len(self.lockstep)
+            idle = not len(self.lockstep) and not self.background
             trimming = self.worked_since_trim and self.trim is not None
             due = self.trimmed_at + TRIM_EVERY_S - time.monotonic()  # the next trim, after some work
             if trimming and due <= 0:
@@ -167,7 +175,11 @@ class WorkerLoop:
                         return
             except (EOFError, OSError):  # the server is gone
                 return
-            self.lockstep.round()
+            if self.background and (not len(self.lockstep)
+                                    or time.monotonic() - self.background[0][0] >= BACKGROUND_WAIT_S):
+                self._run_background()
+            else:
+                self.lockstep.round()
 
     def _hold(self, req: int, sid: int, steps: Any) -> None:
         """Keep a feed that completes its stream's step until the next grid time (its stream's
@@ -200,8 +212,25 @@ class WorkerLoop:
             self._start(message)
         return True
 
+    def _run_background(self) -> None:
+        """The oldest background request, then the requests its stream queued meanwhile."""
+        _, message = self.background.popleft()
+        req, op, sid, arg = message
+        t0 = time.perf_counter()
+        try:
+            ok, result = True, self._run(op, sid, arg)
+        except KeyError:
+            ok, result = False, RuntimeError(f"no stream {sid} in this worker")
+        except Exception as err:  # noqa: BLE001 - the caller raises it
+            ok, result = False, err
+        self._ender(req, sid)(result if ok else None, None if ok else result, time.perf_counter() - t0)
+
     def _start(self, message: tuple) -> None:
         req, op, sid, arg = message
+        if op in BACKGROUND and self.batched:
+            self.busy[sid] = deque()  # the job's later requests (a close) wait behind it
+            self.background.append((time.monotonic(), message))
+            return
         if op in STEPPED and self.batched:
             try:
                 stream = self.sessions[sid]
