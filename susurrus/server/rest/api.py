@@ -12,8 +12,9 @@ incremental streaming engine instead (as ``susurrus stream FILE`` does) and the 
 ``transcript.text.done``.
 
 Compute never runs on the event loop. The offline job runs in the worker processes that host the
-realtime streams (``WorkerPool.iterate``: one 30 s window per request, so a long upload delays a
-worker's streams by one window at a time, never by the whole file), the streamed one as a stream
+realtime streams (``WorkerPool.iterate``: one 30 s window per request, run there as background
+work, once the realtime streams' rounds leave the worker idle or after 1 s at most: an upload
+delays a worker's streams by at most one window at a time), the streamed one as a stream
 there; a thread of the server's pool waits for each. With ``--workers 0`` both run in those
 threads on the server's model. A request holds one of ``--max-sessions`` slots (shared with
 WebSocket sessions) while it computes; audio, compute, errors and requests are counted in
