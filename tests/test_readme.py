@@ -103,3 +103,85 @@ def test_the_readmes_rest_and_agent_snippets_run_as_written(server, tiny):
 
     _, namespace = _run(livekit.replace("http://127.0.0.1:8000/v1", url))
     assert namespace["stt"].model == "gpt-4o-transcribe" and namespace["stt"].capabilities.streaming
+
+
+def readme_shell_lines() -> list[str]:
+    """Each command of the README's ``bash`` blocks, its comment cut off."""
+    blocks = re.findall(r"```bash\n(.*?)```", REPO_README.read_text(), flags=re.S)
+    return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def _env() -> dict[str, str]:
+    """This environment with its Python's scripts first on PATH (``susurrus`` as the venv has it)."""
+    import os
+    import sys
+
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def _shell(line: str, cwd: Path, timeout: float = 300) -> str:
+    import subprocess
+
+    done = subprocess.run(["bash", "-c", line], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_the_readmes_shell_commands_run_as_written(tmp_path, dev_item):
+    """The README's command lines as written, in a fresh folder: transcribe the example to srt,
+    stream it at real time, serve (until /healthz answers), and the speaker lines on recordings
+    made under the names they use (two voices, and another recording of the second voice as
+    Ann's reference). Not run here: the set-up (CI runs it), the microphone lines (``arecord``) and the
+    benchmark over the data sets (minutes; ``susurrus bench`` has its own tests)."""
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    import soundfile as sf
+
+    lines = readme_shell_lines()
+    skipped = [ln for ln in lines if ln.startswith(("python3 -m venv", "python -m pytest", "pip install", "arecord",
+                                                     "susurrus bench"))]
+    run = [ln for ln in lines if ln not in skipped]
+    assert len(run) == 5, run  # transcribe, stream, serve, the two speaker lines
+
+    transcribe, stream, serve, *speakers = run
+    _shell(transcribe, tmp_path)
+    srt = next((tmp_path / "transcripts").glob("*.srt")).read_text()
+    assert srt.startswith("1\n00:00:00,") and "ask not" in normalize(srt)
+    printed = _shell(stream, tmp_path)
+    assert normalize(printed).rstrip().endswith("what you can do for your country")
+
+    jfk, reader = decode_audio(dev_item("jfk_inaugural").audio), decode_audio(
+        dev_item("librispeech_test-clean_1089-134686-0000").audio)
+    sf.write(tmp_path / "meeting.wav", np.concatenate([jfk, np.zeros(8000, np.float32), reader[: 9 * 16000]]), 16000)
+    sf.write(tmp_path / "call.wav", np.concatenate([jfk, np.zeros(8000, np.float32), reader[: 9 * 16000]]), 16000)
+    # Ann's reference: another recording of the same reader (LibriSpeech speaker 1089)
+    sf.write(tmp_path / "ann.wav", decode_audio(dev_item("librispeech_test-clean_1089-134686-0001").audio), 16000)
+    _shell(speakers[0], tmp_path)
+    labelled = (tmp_path / "meeting.srt").read_text()
+    assert "S1" in labelled and "S2" in labelled
+    printed = _shell(speakers[1], tmp_path)
+    assert "Ann" in printed
+
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", 8000)) == 0:
+            pytest.skip("port 8000 is taken here: the README's serve line listens there")
+    proc = subprocess.Popen(["bash", "-c", f"exec {serve}"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=_env())
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:8000/healthz", timeout=2) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read()[-2000:]
+                assert time.monotonic() < deadline, "serve did not answer /healthz in 120 s"
+                time.sleep(0.5)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
