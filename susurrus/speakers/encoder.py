@@ -10,8 +10,9 @@ ReLU, L2-normalised. One embedding reads a 1.6 s partial (160 frames). Equal to
 
 The other, and the default (``encoder="campplus"``, :mod:`~susurrus.speakers.campplus`): CAM++,
 far better separated voices (equal-error rate on the shared data's 1.6 s partials 1.8 % against
-GE2E's 7.9 %) at ~4x the CPU a window (~50 ms against 12-14 in batches, one core), so a stream
-embeds one window a second with it instead of two (tracker.py)."""
+GE2E's 7.9 %) at 2-4x the CPU a window (one core, ONNX Runtime: 15 ms against 4-7 on a Xeon,
+~50 against 12-14 on an EPYC), so a stream embeds one window a second with it instead of two
+(tracker.py)."""
 
 from __future__ import annotations
 
