@@ -214,8 +214,12 @@ class WorkerLoop:
 
     def _run_background(self) -> None:
         """The oldest background request, then the requests its stream queued meanwhile."""
-        _, message = self.background.popleft()
-        req, op, sid, arg = message
+        _, (req, op, sid, arg) = self.background.popleft()
+        ok, result, compute_s = self._timed(op, sid, arg)
+        self._ender(req, sid)(result if ok else None, None if ok else result, compute_s)
+
+    def _timed(self, op: str, sid: int, arg: Any) -> tuple[bool, Any, float]:
+        """``_run``'s answer or error, and its compute time."""
         t0 = time.perf_counter()
         try:
             ok, result = True, self._run(op, sid, arg)
@@ -223,7 +227,7 @@ class WorkerLoop:
             ok, result = False, RuntimeError(f"no stream {sid} in this worker")
         except Exception as err:  # noqa: BLE001 - the caller raises it
             ok, result = False, err
-        self._ender(req, sid)(result if ok else None, None if ok else result, time.perf_counter() - t0)
+        return ok, result, time.perf_counter() - t0
 
     def _start(self, message: tuple) -> None:
         req, op, sid, arg = message
@@ -247,15 +251,9 @@ class WorkerLoop:
                 # the end of an item: a client waits for its ``completed``, so its rounds go first
                 self.lockstep.add(steps, self._ender(req, sid), urgent=op == "finish")
             return
-        t0 = time.perf_counter()
-        try:
-            ok, result = True, self._run(op, sid, arg)
-        except KeyError:
-            ok, result = False, RuntimeError(f"no stream {sid} in this worker")
-        except Exception as err:  # noqa: BLE001 - the caller raises it
-            ok, result = False, err
+        ok, result, compute_s = self._timed(op, sid, arg)
         if req != NO_REPLY:
-            self._reply(req, ok, result, time.perf_counter() - t0, sid)
+            self._reply(req, ok, result, compute_s, sid)
 
     def _ender(self, req: int, sid: int) -> Callable[[Any, BaseException | None, float], None]:
         def done(value: Any, error: BaseException | None, compute_s: float) -> None:
