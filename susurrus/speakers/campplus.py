@@ -183,7 +183,6 @@ class CAMPPlus(nn.Module):
         xv["out_nonlinear"] = _bn_relu(channels)
         xv["dense"] = _StatsDense(channels, EMBED_DIM)
         self.xvector = nn.Sequential(xv)
-
         self.planes = False  # True in ``as_planes``'s copy: the TDNN part on (batch, channels, 1, frames)
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
@@ -272,7 +271,7 @@ def ort_campplus():
     frames: the graph is traced at that length, whose context masks are one per window, and
     takes no other), traced from :func:`as_planes`'s copy, or None without ``onnx`` and
     ``onnxruntime`` (:func:`~susurrus.speakers.runtime.ort_session`; embeddings within 1e-5 of
-    torch's; on one core ~2.5x faster than torch's network, batches of 1-4 alike)."""
+    torch's; on one core 1.7-2.6x faster than torch's network, batches of 4 to 1)."""
     from susurrus.speakers.runtime import ort_session
 
     return ort_session(as_planes(load_campplus()), torch.zeros(1, WINDOW_FRAMES, N_MELS), weights_path(),
