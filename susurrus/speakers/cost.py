@@ -11,7 +11,7 @@
   tracker's state (audio, windows kept, speakers' sums and recent embeddings, queue) every 5
   minutes of audio.
 - ``python -m susurrus.speakers.cost windows [AUDIO]``: each encoder (GE2E, CAM++ where its
-  weights are installed) on ONNX Runtime and torch, one thread: CPU ms (thread time) a 1.6 s
+  weights are installed) on ONNX Runtime and torch (CAM++ also on OpenVINO), one thread: CPU ms (thread time) a 1.6 s
   window, features included, in batches of 1, 2 and 4 (speech from AUDIO, JFK's by default)."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def window_cost(path: str = "../shared/data/dev/audio/jfk_inaugural.wav", reps: 
     print("| encoder | runtime | batch | CPU ms a window |")
     print("|---|---|---|---|")
     for enc in ENCODER_NAMES:
-        for runtime in ("ort", "torch"):
+        for runtime in ("openvino", "ort", "torch") if enc == "campplus" else ("ort", "torch"):
             for batch in (1, 2, 4):
                 try:
                     embed_partials(pieces[:batch], runtime=runtime, encoder=enc)  # loaded, exported

@@ -109,7 +109,8 @@ def ort_encoder():
 @torch.inference_mode()
 def embed_partials(wavs: list[np.ndarray], runtime: str = "auto", encoder: str = DEFAULT_ENCODER) -> np.ndarray:
     """One embedding per 1.6 s piece of audio (shorter ones zero-padded), ``(n, 256)`` float32;
-    ``runtime``: "ort" (:func:`ort_encoder`), "torch", or "auto" (ort where installed);
+    ``runtime``: "ort" (:func:`ort_encoder`), "torch", or "auto" (ort where installed; for
+    CAM++ also "openvino", which "auto" takes first where installed);
     ``encoder``: one of ``settings.ENCODER_NAMES`` ("campplus": ``(n, 192)``, :mod:`.campplus`)."""
     if encoder == "campplus":
         from susurrus.speakers import campplus
@@ -131,7 +132,8 @@ def load(encoder: str = DEFAULT_ENCODER) -> None:
         from susurrus.speakers import campplus
 
         campplus.load_campplus()
-        campplus.ort_campplus()
+        if campplus.openvino_campplus() is None:
+            campplus.ort_campplus()
     elif encoder == "ge2e":
         load_encoder()
         ort_encoder()

@@ -24,7 +24,8 @@ class EncoderSpec:
 
 # the speaker encoders by name (speakers/encoder.py, speakers/campplus.py; here, where nothing
 # heavy is imported, for the command line's choices). CAM++, the default: pairs 0.310 (EER
-# 1.8 %), centroid 0.325 (EER 1.0 %), 2-4x GE2E's CPU a window, so one a second (the fewest
+# 1.8 %), centroid 0.325 (EER 1.0 %), 2-4x GE2E's CPU a window in float32 (~1x in bfloat16
+# on OpenVINO, where the CPU has AMX), so one a second (the fewest
 # for which a window reaches every word by the time it commits, ~1 s after its end). GE2E: pairs
 # 0.582 (EER 7.9 %), centroid 0.684 (EER 1.0 %), two windows a second.
 ENCODER_SPECS = {"campplus": EncoderSpec(192, 1.0, 0.31, 0.33, recluster=True),

@@ -36,8 +36,9 @@ from susurrus.speakers.encoder import PARTIAL_SAMPLES, SAMPLE_RATE, embed_partia
 from susurrus.speakers.settings import ENCODER_SPECS
 
 # the hop between windows and how speakers are found are the encoder's (settings.ENCODER_SPECS):
-# CAM++'s window a second costs +19-20 % of a tiny.en stream's CPU on continuous speech (+22-25 % on an EPYC)
-# (docs/benchmarks.md, "Speakers"; a 1.5 s hop cost the bars)
+# CAM++'s window a second costs ~+10 % of a tiny.en stream's CPU on continuous speech where OpenVINO
+# runs it in bfloat16 (Intel AMX), +19-25 % in float32 (docs/benchmarks.md, "Speakers"; a 1.5 s
+# hop cost the bars)
 CENTRE_S = 0.8
 KEEP_S = 60.0  # windows kept for labelling words (a word commits within seconds of its end)
 VOICED = 0.5  # a window is embedded when this fraction of its frames is speech
