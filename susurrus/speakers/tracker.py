@@ -44,7 +44,8 @@ KEEP_S = 60.0  # windows kept for labelling words (a word commits within seconds
 VOICED = 0.5  # a window is embedded when this fraction of its frames is speech
 RETRY = int(0.25 * SAMPLE_RATE)  # after a window with too little speech, the next one ends this much later
 # windows wait until this many are due or a word needs a label, then go through the encoder as
-# one batch (a batch of 4 costs ~30 % less a window than one at a time; a label never waits)
+# one batch (on ONNX Runtime a batch of 4 costs ~15-30 % less a window than one at a time;
+# OpenVINO runs them one at a time, runtime.OpenVinoNetwork; a label never waits)
 BATCH = 4
 GROUP = SPLIT_RUN  # consecutive windows (2 s of GE2E's speech) that may open a speaker inside another's
 
