@@ -40,4 +40,11 @@ def test_the_last_word_counts_where_offline_has_it_right():
 def test_a_row_pools_the_opening_and_counts_the_last_words():
     items = [_item("ask not what", "Ask not what", "S not what", shifted="Ask not what"),
              _item("we are out of food", "We're out of food.", "We're out of food.", shifted="Yeah, out of food.")]
-    assert row("x", items) == "| x | 2 | 16.67 (1) | 33.33 (1) | 2/2 (100.0 %) |"
+    # against the reference: the stream's "S" for "ask" (1 of 6 opening words), offline none
+    assert row("x", items) == "| x | 2 | 16.67 (1) | 33.33 (1) | 16.67 / 0.00 | 2/2 (100.0 %) |"
+    # a learner's item (hard/): the stream's opening is not offline's but is nearly the
+    # reference's ("Sunday" for "sandy"), where offline's misses all three words and inserts two
+    # more before the third (5 errors over 3 words)
+    learner = _item("sandy is good at rock climbing", "Send the year school dad's rock climbing.",
+                    "Sunday is good at rock climbing.")
+    assert row("y", [learner]) == "| y | 1 | 100.00 (1) | - | 33.33 / 166.67 | 1/1 (100.0 %) |"
