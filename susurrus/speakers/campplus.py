@@ -280,10 +280,10 @@ def ort_campplus():
 
 @functools.lru_cache(maxsize=1)
 def openvino_campplus():
-    """The same ONNX graph compiled by OpenVINO (:class:`~susurrus.speakers.runtime.OpenVinoNetwork`),
-    or None without ``openvino``: in bfloat16 where the CPU has Intel AMX (a window ~3x cheaper
-    than ONNX Runtime's float32, embeddings within cosine 0.999 of torch's), float32 elsewhere
-    (as fast as ONNX Runtime)."""
+    """The same ONNX graph compiled by OpenVINO in bfloat16 (:class:`~susurrus.speakers.runtime.OpenVinoNetwork`:
+    a window ~3x cheaper than ONNX Runtime's float32, embeddings within cosine 0.999 of torch's),
+    or None without ``openvino`` or on a CPU without bfloat16 (Intel AMX), where OpenVINO's
+    float32 is no faster than ONNX Runtime (:func:`~susurrus.speakers.runtime.openvino_network`)."""
     from susurrus.speakers.runtime import openvino_network
 
     return openvino_network(as_planes(load_campplus()), torch.zeros(1, WINDOW_FRAMES, N_MELS), weights_path(),

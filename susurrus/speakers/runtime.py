@@ -70,9 +70,10 @@ def ort_session(net: nn.Module, example: torch.Tensor, weights: Path, stem: str,
 
 class OpenVinoNetwork:
     """An ONNX graph compiled by OpenVINO for the CPU on one thread, in the precision OpenVINO
-    takes by default for the CPU it finds: bfloat16 where the CPU multiplies it natively (Intel
-    AMX), float32 elsewhere (``precision``). Called with a batch of inputs, it runs them one at
-    a time through a graph compiled for one: a batch whose size changes from call to call costs
+    takes by default for the CPU it finds (``precision``: bfloat16 where the CPU multiplies it
+    natively, Intel AMX; float32 elsewhere, where :func:`openvino_network` does not use it).
+    Called with a batch of inputs, it runs them one at a time through a graph compiled for one:
+    a batch whose size changes from call to call costs
     OpenVINO ~2x a window, and each further compiled size ~100 MB of memory, for ~30 % less a
     window in batches of 4 (a stream's windows mostly come one at a time: a label never waits).
     One infer request per thread (the server's threads may share the network)."""
@@ -98,11 +99,23 @@ class OpenVinoNetwork:
         return np.concatenate([np.array(request.infer({0: feats[i: i + 1]})[0]) for i in range(len(feats))])
 
 
+def openvino_bfloat16() -> bool:
+    """Whether OpenVINO is installed and runs the CPU in bfloat16 by default (a CPU that
+    multiplies it natively: Intel AMX). Elsewhere it runs float32, no faster than ONNX Runtime
+    and ~170 MB more memory, so it is not used there."""
+    if importlib.util.find_spec("openvino") is None:
+        return False
+    import openvino as ov
+
+    return ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name() == "bf16"
+
+
 def openvino_network(net: nn.Module, example: torch.Tensor, weights: Path, stem: str,
                      input_name: str) -> OpenVinoNetwork | None:
-    """``net`` on OpenVINO (:class:`OpenVinoNetwork`, from :func:`onnx_graph`'s graph), or None
-    without ``openvino`` or ``onnx``."""
-    if importlib.util.find_spec("openvino") is None:
+    """``net`` on OpenVINO in bfloat16 (:class:`OpenVinoNetwork`, from :func:`onnx_graph`'s
+    graph), or None without ``openvino`` or ``onnx``, or on a CPU without bfloat16
+    (:func:`openvino_bfloat16`)."""
+    if not openvino_bfloat16():
         return None
     graph = onnx_graph(net, example, weights, stem, input_name)
     return None if graph is None else OpenVinoNetwork(graph)
@@ -125,8 +138,8 @@ def run_network(feats: torch.Tensor, runtime: str, session, network, input_name:
         if net is not None:
             return net(feats.numpy())
         if runtime == "openvino":
-            raise SpeakerEncoderMissing("the OpenVINO speaker encoder needs openvino and onnx: "
-                                        "pip install openvino onnx")
+            raise SpeakerEncoderMissing("the OpenVINO speaker encoder needs openvino and onnx (pip install "
+                                        "openvino onnx) and a CPU that runs bfloat16 (Intel AMX)")
     sess = session() if runtime != "torch" else None
     if sess is None and runtime == "ort":
         raise SpeakerEncoderMissing("the ONNX Runtime speaker encoder needs onnx and onnxruntime: pip install onnx")
