@@ -10,6 +10,10 @@ item) and transcribed offline alone (``model.transcribe(span, beam_size=1)``, as
 does), and the stream's text is compared with offline's: the first word lost (offline's first
 word has no equal word in the stream's text on a minimum-edit alignment) and the WER of the first
 three words (susurrus/evaluation/edges.py), per set, and the spans that lost it are listed.
+Where a span opens its item, the item's reference tells whose first word is right: the first word
+lost is also counted only over those spans whose offline first word is the reference's (as the
+bench's last-word measure counts only where offline's last word is right), and the spans whose
+stream has the reference's first word where offline has not are counted beside it.
 
     python benchmarks/committed_spans.py [--sets dev hard] [--latency medium] [--limit N]
 """
@@ -87,10 +91,11 @@ def main() -> None:
     for name in args.sets:
         items = [i for i in read_manifest(args.data / name) if i.language == "en"][: args.limit]
         n = lost = errors = units = with_error = 0
+        opening = opening_lost = stream_right = 0  # spans that open their item, offline's first word right
         for item in tqdm(items, desc=name, file=sys.stderr):
             audio = decode_audio(item.audio)
             rng = random.Random(f"{args.seed}/{item.id}")
-            for a, b in spans_of(audio, vad, rng):
+            for k, (a, b) in enumerate(spans_of(audio, vad, rng)):
                 span = audio[a:b]
                 segments, _ = model.transcribe(span, beam_size=1)
                 offline = "".join(s.text for s in segments).strip()
@@ -100,15 +105,25 @@ def main() -> None:
                 n += 1
                 e, u = opening_errors(offline, streamed)
                 errors, units, with_error = errors + e, units + u, with_error + (e > 0)
-                if first_word_lost(offline, streamed):
+                gone = first_word_lost(offline, streamed)
+                if gone:
                     lost += 1
                     lost_spans.append(f"| {item.id} | {a / SR:.2f}-{b / SR:.2f} | {offline} | {streamed} |")
+                ref = [] if item.approximate else normalize(item.text).split()
+                if k == 0 and ref:  # the span that opens the item: the reference's first word is its own
+                    first = normalize(offline).split()[0] == ref[0]
+                    opening += first
+                    opening_lost += first and gone
+                    stream_right += not first and normalize(streamed).split()[:1] == ref[:1]
         rows.append(f"| {name} | {n} | {lost} ({100.0 * lost / max(1, n):.1f} %) "
+                    f"| {opening_lost} of {opening} ({100.0 * opening_lost / max(1, opening):.1f} %) | {stream_right} "
                     f"| {100.0 * errors / max(1, units):.2f} ({with_error}) |")
     print(f"\n{args.model}, --latency {args.latency}; spans apart by >= {GAP_MS} ms, 0.1-1.5 s of silence in front "
           f"(seed {args.seed}), {AFTER_S} s after\n")
     print("| set | spans | first word lost (offline's first word not in the stream's text) "
-          "| first 3 words against offline: WER % (spans with an error) |\n|---|---|---|---|")
+          "| the same over spans that open their item, where offline's first word is the reference's "
+          "| spans that open their item where the stream's first word is the reference's and offline's is not "
+          "| first 3 words against offline: WER % (spans with an error) |\n|---|---|---|---|---|---|")
     print("\n".join(rows))
     if lost_spans:
         print("\nSpans whose first word was lost:\n\n| item | span s | offline | stream |\n|---|---|---|---|")
