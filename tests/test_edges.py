@@ -41,10 +41,14 @@ def test_a_row_pools_the_opening_and_counts_the_last_words():
     items = [_item("ask not what", "Ask not what", "S not what", shifted="Ask not what"),
              _item("we are out of food", "We're out of food.", "We're out of food.", shifted="Yeah, out of food.")]
     # against the reference: the stream's "S" for "ask" (1 of 6 opening words), offline none
-    assert row("x", items) == "| x | 2 | 16.67 (1) | 33.33 (1) | 16.67 / 0.00 | 2/2 (100.0 %) |"
+    assert row("x", items) == "| x | 2 | 16.67 (1) | 33.33 (1) | 16.67 / 0.00 | 2/2 (100.0 %) | 2/2 (100.0 %) |"
     # a learner's item (hard/): the stream's opening is not offline's but is nearly the
     # reference's ("Sunday" for "sandy"), where offline's misses all three words and inserts two
     # more before the third (5 errors over 3 words)
     learner = _item("sandy is good at rock climbing", "Send the year school dad's rock climbing.",
                     "Sunday is good at rock climbing.")
-    assert row("y", [learner]) == "| y | 1 | 100.00 (1) | - | 33.33 / 166.67 | 1/1 (100.0 %) |"
+    assert row("y", [learner]) == "| y | 1 | 100.00 (1) | - | 33.33 / 166.67 | 1/1 (100.0 %) | - |"
+    # offline 10 ms later with another last word: the noise floor of the last-word measure
+    moved = _item("this is all very whispered", "This is all very whispered.", "very whispered",
+                  shifted="This is all very whisper.")
+    assert row("z", [moved]).endswith("| 1/1 (100.0 %) | 0/1 (0.0 %) |")

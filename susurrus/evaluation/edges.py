@@ -14,7 +14,7 @@ Whisper on the same audio, the reference a stream is built to match.
   errors or another reading that is as often right (on hard speech offline's own openings are
   often wrong).
 - **Last word**: on the items where offline's last word is the reference's, whether the
-  stream's last word is that word too.
+  stream's last word is that word too; and the same of offline 10 ms later, its noise floor.
 
 Words are compared after the bench's normalisation (:func:`~susurrus.evaluation.metrics.normalize`).
 """
@@ -63,23 +63,24 @@ def opening_errors(against: str, hyp: str, language: str = "en", n: int = OPENIN
     return errors, min(n, len(ref))
 
 
-def last_word_kept(item: Texts) -> bool | None:
-    """Whether the stream's last word is offline's, on an item whose offline last word is the
-    reference's (None on the others, and without a reference)."""
+def last_word_kept(item: Texts, text: str | None = None) -> bool | None:
+    """Whether the stream's last word (or that of ``text``, another reading of the item) is
+    offline's, on an item whose offline last word is the reference's (None on the others, and
+    without a reference)."""
     if not item.reference:
         return None
     ref, off = _words(item.reference, item.language), _words(item.offline_text, item.language)
     if not ref or not off or off[-1] != ref[-1]:
         return None
-    out = _words(item.stream_text, item.language)
+    out = _words(item.stream_text if text is None else text, item.language)
     return bool(out) and out[-1] == off[-1]
 
 
 HEADER = (f"| setting | items | first {OPENING_WORDS} words, stream against offline: WER % (items with an error) "
           f"| offline 10 ms later against offline: WER % (items) "
           f"| first {OPENING_WORDS} words against the reference, stream / offline: WER % "
-          f"| last word as offline's, where offline's is right |\n"
-          "|---|---|---|---|---|---|")
+          f"| last word as offline's, where offline's is right | offline 10 ms later: the same |\n"
+          "|---|---|---|---|---|---|---|")
 
 
 def row(label: str, items: Sequence[Texts]) -> str:
@@ -88,6 +89,8 @@ def row(label: str, items: Sequence[Texts]) -> str:
     pairs = [opening_errors(i.offline_text, i.stream_text, i.language) for i in items]
     shifted = [opening_errors(i.offline_text, i.shifted_text, i.language) for i in items if i.shifted_text is not None]
     kept = [k for i in items if (k := last_word_kept(i)) is not None]
+    kept_shifted = [k for i in items
+                    if i.shifted_text is not None and (k := last_word_kept(i, i.shifted_text)) is not None]
     scored = [i for i in items if i.reference]
     against_ref = [(opening_errors(i.reference, i.stream_text, i.language),
                     opening_errors(i.reference, i.offline_text, i.language)) for i in scored]
@@ -102,5 +105,8 @@ def row(label: str, items: Sequence[Texts]) -> str:
         return f"{100.0 * sum(e for e, _ in counts) / max(1, sum(u for _, u in counts)):.2f}"
 
     ref = f"{rate([s for s, _ in against_ref])} / {rate([o for _, o in against_ref])}" if scored else "-"
-    last = f"{sum(kept)}/{len(kept)} ({100.0 * sum(kept) / len(kept):.1f} %)" if kept else "-"
-    return f"| {label} | {len(items)} | {cell(pairs)} | {cell(shifted)} | {ref} | {last} |"
+    def share(flags: list[bool]) -> str:
+        return f"{sum(flags)}/{len(flags)} ({100.0 * sum(flags) / len(flags):.1f} %)" if flags else "-"
+
+    return (f"| {label} | {len(items)} | {cell(pairs)} | {cell(shifted)} | {ref} | {share(kept)} "
+            f"| {share(kept_shifted)} |")
