@@ -46,9 +46,11 @@ GAP_MS = 300  # a pause this long or longer separates two spans
 AFTER_S = 0.3  # a span ends this long after its speech (a client's end-of-turn silence)
 
 
-def spans_of(audio: np.ndarray, vad, rng: random.Random) -> list[tuple[int, int]]:
-    """``[(start, end)]`` in samples: each stretch of speech with 0.1-1.5 s of the silence
-    before it (as much as there is) and 0.3 s after it."""
+def spans_of(audio: np.ndarray, vad, rng: random.Random) -> list[tuple[int, int, bool]]:
+    """``[(start, end, first)]``, start and end in samples: each stretch of speech with 0.1-1.5 s
+    of the silence before it (as much as there is) and 0.3 s after it; ``first``: it is the
+    item's first stretch of speech (a stretch with under 0.1 s of silence before it is left out,
+    so the first span need not be the first stretch)."""
     pad = GAP_MS // 2  # stretches padded by half the gap each way merge across shorter pauses
     speech = [(a + pad * SR // 1000, b - pad * SR // 1000)
               for a, b in speech_spans(speech_probabilities(vad, audio), len(audio), pad_before_ms=pad,
@@ -60,7 +62,7 @@ def spans_of(audio: np.ndarray, vad, rng: random.Random) -> list[tuple[int, int]
         lead = round(rng.uniform(0.1, 1.5) * SR)
         start = max(before, a - lead)
         if a - start >= SR // 10:  # at least 0.1 s of silence in front
-            out.append((start, min(after, b + round(AFTER_S * SR))))
+            out.append((start, min(after, b + round(AFTER_S * SR)), k == 0))
     return out
 
 
@@ -95,7 +97,7 @@ def main() -> None:
         for item in tqdm(items, desc=name, file=sys.stderr):
             audio = decode_audio(item.audio)
             rng = random.Random(f"{args.seed}/{item.id}")
-            for k, (a, b) in enumerate(spans_of(audio, vad, rng)):
+            for a, b, opens in spans_of(audio, vad, rng):
                 span = audio[a:b]
                 segments, _ = model.transcribe(span, beam_size=1)
                 offline = "".join(s.text for s in segments).strip()
@@ -110,7 +112,7 @@ def main() -> None:
                     lost += 1
                     lost_spans.append(f"| {item.id} | {a / SR:.2f}-{b / SR:.2f} | {offline} | {streamed} |")
                 ref = [] if item.approximate else normalize(item.text).split()
-                if k == 0 and ref:  # the span that opens the item: the reference's first word is its own
+                if opens and ref:  # the item's first speech: the reference's first word is its own
                     first = normalize(offline).split()[0] == ref[0]
                     opening += first
                     opening_lost += first and gone

@@ -95,18 +95,15 @@ def row(label: str, items: Sequence[Texts]) -> str:
     against_ref = [(opening_errors(i.reference, i.stream_text, i.language),
                     opening_errors(i.reference, i.offline_text, i.language)) for i in scored]
 
-    def cell(counts: list[tuple[int, int]]) -> str:
-        if not counts:
-            return "-"
-        rate = 100.0 * sum(e for e, _ in counts) / max(1, sum(u for _, u in counts))
-        return f"{rate:.2f} ({sum(e > 0 for e, _ in counts)})"
-
     def rate(counts: list[tuple[int, int]]) -> str:
         return f"{100.0 * sum(e for e, _ in counts) / max(1, sum(u for _, u in counts)):.2f}"
 
-    ref = f"{rate([s for s, _ in against_ref])} / {rate([o for _, o in against_ref])}" if scored else "-"
+    def cell(counts: list[tuple[int, int]]) -> str:
+        return f"{rate(counts)} ({sum(e > 0 for e, _ in counts)})" if counts else "-"
+
     def share(flags: list[bool]) -> str:
         return f"{sum(flags)}/{len(flags)} ({100.0 * sum(flags) / len(flags):.1f} %)" if flags else "-"
 
+    ref = f"{rate([s for s, _ in against_ref])} / {rate([o for _, o in against_ref])}" if scored else "-"
     return (f"| {label} | {len(items)} | {cell(pairs)} | {cell(shifted)} | {ref} | {share(kept)} "
             f"| {share(kept_shifted)} |")

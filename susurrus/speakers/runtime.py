@@ -73,9 +73,9 @@ class OpenVinoNetwork:
     takes by default for the CPU it finds (``precision``: bfloat16 where the CPU multiplies it
     natively, Intel AMX; float32 elsewhere, where :func:`openvino_network` does not use it).
     Called with a batch of inputs, it runs them one at a time through a graph compiled for one:
-    a batch whose size changes from call to call costs
-    OpenVINO ~2x a window, and each further compiled size ~100 MB of memory, for ~30 % less a
-    window in batches of 4 (a stream's windows mostly come one at a time: a label never waits).
+    a batch whose size changes from call to call costs OpenVINO ~2x a window, and each further
+    compiled size ~100 MB of memory, for ~30 % less a window in batches of 4 (a stream's windows
+    mostly come one at a time: a label never waits).
     One infer request per thread (the server's threads may share the network)."""
 
     def __init__(self, graph: bytes) -> None:
