@@ -9,7 +9,10 @@ back into the speech before it) to 0.3 s after it. Each span is streamed alone (
 item) and transcribed offline alone (``model.transcribe(span, beam_size=1)``, as the REST API
 does), and the stream's text is compared with offline's: the first word lost (offline's first
 word has no equal word in the stream's text on a minimum-edit alignment) and the WER of the first
-three words (susurrus/evaluation/edges.py), per set, and the spans that lost it are listed.
+three words (susurrus/evaluation/edges.py), per set, and the spans that lost it are listed. The
+same span transcribed offline 10 ms later (one mel frame of digital silence before it,
+susurrus/evaluation/spread.py) is scored the same way against offline: the measure's noise floor,
+how often offline's own first word moves with a harmless change of its input.
 Where a span opens its item, the item's reference tells whose first word is right: the first word
 lost is also counted only over those spans whose offline first word is the reference's (as the
 bench's last-word measure counts only where offline's last word is right), and the spans whose
@@ -39,6 +42,7 @@ from susurrus.evaluation.alignment import align_words  # noqa: E402
 from susurrus.evaluation.data import SHARED_DATA, read_manifest  # noqa: E402
 from susurrus.evaluation.edges import opening_errors  # noqa: E402
 from susurrus.evaluation.metrics import normalize  # noqa: E402
+from susurrus.evaluation.spread import shifted  # noqa: E402
 from susurrus.streaming.vad import load_vad  # noqa: E402
 
 SR = 16000
@@ -74,6 +78,11 @@ def stream_text(model, audio: np.ndarray, latency: str) -> str:
     return stream.text.strip()
 
 
+def offline_text(model, audio: np.ndarray) -> str:
+    segments, _ = model.transcribe(audio, beam_size=1)
+    return "".join(s.text for s in segments).strip()
+
+
 def first_word_lost(offline: str, stream: str) -> bool:
     ref, hyp = normalize(offline).split(), normalize(stream).split()
     return bool(ref) and 0 not in {i for i, _ in align_words(ref, hyp)}
@@ -92,15 +101,14 @@ def main() -> None:
     rows, lost_spans = [], []
     for name in args.sets:
         items = [i for i in read_manifest(args.data / name) if i.language == "en"][: args.limit]
-        n = lost = errors = units = with_error = 0
+        n = lost = errors = units = with_error = shift_lost = 0
         opening = opening_lost = stream_right = 0  # spans that open their item, offline's first word right
         for item in tqdm(items, desc=name, file=sys.stderr):
             audio = decode_audio(item.audio)
             rng = random.Random(f"{args.seed}/{item.id}")
             for a, b, opens in spans_of(audio, vad, rng):
                 span = audio[a:b]
-                segments, _ = model.transcribe(span, beam_size=1)
-                offline = "".join(s.text for s in segments).strip()
+                offline = offline_text(model, span)
                 if not normalize(offline).split():
                     continue
                 streamed = stream_text(model, span, args.latency)
@@ -108,6 +116,7 @@ def main() -> None:
                 e, u = opening_errors(offline, streamed)
                 errors, units, with_error = errors + e, units + u, with_error + (e > 0)
                 gone = first_word_lost(offline, streamed)
+                shift_lost += first_word_lost(offline, offline_text(model, shifted(span)))
                 if gone:
                     lost += 1
                     lost_spans.append(f"| {item.id} | {a / SR:.2f}-{b / SR:.2f} | {offline} | {streamed} |")
@@ -118,6 +127,7 @@ def main() -> None:
                     opening_lost += first and gone
                     stream_right += not first and normalize(streamed).split()[:1] == ref[:1]
         rows.append(f"| {name} | {n} | {lost} ({100.0 * lost / max(1, n):.1f} %) "
+                    f"| {shift_lost} ({100.0 * shift_lost / max(1, n):.1f} %) "
                     f"| {opening_lost} of {opening} ({100.0 * opening_lost / max(1, opening):.1f} %) | {stream_right} "
                     f"| {100.0 * errors / max(1, units):.2f} ({with_error}) |")
     print(f"\n{args.model}, --latency {args.latency}; spans apart by >= {GAP_MS} ms, 0.1-1.5 s of silence in front "
@@ -125,7 +135,7 @@ def main() -> None:
     print("| set | spans | first word lost (offline's first word not in the stream's text) "
           "| the same over spans that open their item, where offline's first word is the reference's "
           "| spans that open their item where the stream's first word is the reference's and offline's is not "
-          "| first 3 words against offline: WER % (spans with an error) |\n|---|---|---|---|---|---|")
+          "| first 3 words against offline: WER % (spans with an error) |\n|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     if lost_spans:
         print("\nSpans whose first word was lost:\n\n| item | span s | offline | stream |\n|---|---|---|---|")
