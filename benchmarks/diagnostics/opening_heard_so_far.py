@@ -66,16 +66,17 @@ def main() -> None:
     vad, silence = load_vad(), silence_cross_kv(model.net)
     cache = load_offline_cache(args.offline_cache)
     items = [i for i in read_items(args.inputs) if i.text and (i.language or "en") == "en"][k::n]
+    language = "en" if model.is_multilingual else None
     out = []
     for item in tqdm(items, desc="items", file=sys.stderr):
         audio = decode_audio(item.audio)
-        offline_text, _ = cached_offline(model, cache, item.id, audio, None)
+        offline_text, _ = cached_offline(model, cache, item.id, audio, language)
         session, _ = stream_item(model.net, model.tokenizer, audio, config, silence, vad)
         at = opening_time(session)
         readings = {}
         for extra in args.extra:
             end = len(audio) if at is None else min(len(audio), int((at + extra) * SR))
-            readings[str(extra)] = offline_reference(model, audio[:end], None)[0]
+            readings[str(extra)] = offline_reference(model, audio[:end], language)[0]
         out.append({"id": item.id, "reference": item.text, "offline": offline_text,
                     "stream": session.text, "opening_at": at, "audio_s": len(audio) / SR,
                     "prefix": readings})
