@@ -133,6 +133,7 @@ def main() -> None:
     print(f"\n{args.model}, --latency {args.latency}; spans apart by >= {GAP_MS} ms, 0.1-1.5 s of silence in front "
           f"(seed {args.seed}), {AFTER_S} s after\n")
     print("| set | spans | first word lost (offline's first word not in the stream's text) "
+          "| offline 10 ms later: first word lost (the noise floor) "
           "| the same over spans that open their item, where offline's first word is the reference's "
           "| spans that open their item where the stream's first word is the reference's and offline's is not "
           "| first 3 words against offline: WER % (spans with an error) |\n|---|---|---|---|---|---|---|")

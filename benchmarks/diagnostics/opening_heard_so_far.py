@@ -76,7 +76,8 @@ def main() -> None:
         readings = {}
         for extra in args.extra:
             end = len(audio) if at is None else min(len(audio), int((at + extra) * SR))
-            readings[str(extra)] = offline_reference(model, audio[:end], language)[0]
+            readings[str(extra)] = (offline_text if end == len(audio)  # the whole item: offline's own
+                                    else offline_reference(model, audio[:end], language)[0])
         out.append({"id": item.id, "reference": item.text, "offline": offline_text,
                     "stream": session.text, "opening_at": at, "audio_s": len(audio) / SR,
                     "prefix": readings})
