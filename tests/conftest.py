@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -40,6 +41,27 @@ def need_data(sub: str) -> Path:
         pytest.skip(f"real speech data absent: {path} not found (set SUSURRUS_DATA or place "
                     "../shared/data beside the checkout)")
     return path
+
+
+def path_without_ffmpeg() -> str:
+    """PATH less every folder that holds an ``ffmpeg`` binary: a machine without ffmpeg, as far
+    as ``shutil.which`` (and so susurrus) can tell."""
+    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                           if d and not shutil.which("ffmpeg", path=d))
+
+
+@pytest.fixture(params=["with ffmpeg", "without ffmpeg"])
+def ffmpeg_or_not(request, monkeypatch) -> bool:
+    """Runs a test twice, with an ffmpeg binary on PATH and without one (PATH set for this
+    process and the children it starts); the first skips where no ffmpeg is installed
+    (``.ci/run`` installs it). True when ffmpeg is on PATH."""
+    if request.param == "with ffmpeg":
+        if shutil.which("ffmpeg") is None:
+            pytest.skip("no ffmpeg on this machine (apt-get install ffmpeg; .ci/run installs it)")
+        return True
+    monkeypatch.setenv("PATH", path_without_ffmpeg())
+    assert shutil.which("ffmpeg") is None
+    return False
 
 
 @pytest.fixture(scope="session")

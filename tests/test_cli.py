@@ -48,7 +48,8 @@ def junk(tmp_path):
     return tmp_path
 
 
-def test_bad_arguments_fail_with_one_line_before_any_work(capsys, junk, dev_item):
+def test_bad_arguments_fail_with_one_line_before_any_work(capsys, junk, dev_item, ffmpeg_or_not):
+    """The same line and exit code with ffmpeg installed and without it."""
     wav = str(dev_item(SHORT).audio)
     cases = [
         (["stream", str(junk / "empty.wav")], "the file is empty"),

@@ -95,10 +95,10 @@ def test_ctrl_c_in_transcribe_writes_what_was_decoded_and_says_where(longform_it
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", [["transcribe"], ["stream"], ["bench"], ["client", "ws://127.0.0.1:9/v1/realtime"]])
-def test_every_command_refuses_a_bad_input_before_pytorch(command, tmp_path):
+def test_every_command_refuses_a_bad_input_before_pytorch(command, tmp_path, ffmpeg_or_not):
     """A missing file, a folder, an unreadable file and a file that is no audio: exit 2, one
-    ``susurrus CMD: error:`` line, and PyTorch never imported (``-X importtime`` lists every
-    module the process imported)."""
+    ``susurrus CMD: error:`` line, the same with ffmpeg installed and without it, and PyTorch
+    never imported (``-X importtime`` lists every module the process imported)."""
     (tmp_path / "notes.wav").write_text("not audio\n")
     (tmp_path / "locked.wav").write_bytes(b"RIFF\0\0\0\0WAVE")
     (tmp_path / "locked.wav").chmod(0)
@@ -110,9 +110,34 @@ def test_every_command_refuses_a_bad_input_before_pytorch(command, tmp_path):
             continue  # bench reads a folder: its audio files
         path = str(tmp_path / name) if name != "." else str(tmp_path)
         proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "susurrus", *command, path],
-                              capture_output=True, text=True, env=ENV, timeout=120)
+                              capture_output=True, text=True, env={**ENV, "PATH": os.environ["PATH"]}, timeout=120)
         imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
         said = [line for line in proc.stderr.splitlines() if "|" not in line]
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert len(said) == 1 and said[0].startswith(f"susurrus {command[0]}: error: {path}: {message}"), said
         assert "susurrus.cli.main" in imported and "torch" not in imported, (command, name)
+
+
+def test_a_file_with_no_known_header_is_read_where_ffmpeg_reads_it(tmp_path, ffmpeg_or_not):
+    """AC-3 audio (no header :func:`~susurrus.audio.sniff.sniff` knows): taken by the input check
+    where ffmpeg is installed and reads it, refused in the words of a file that is no audio where
+    it is not; a text file is refused in those words either way."""
+    from susurrus.audio.sniff import sniff
+    from susurrus.cli.args import NOT_AUDIO, UsageError, check_input_file
+
+    ffmpeg = shutil.which("ffmpeg", path=os.environ["PATH"] + os.pathsep + "/usr/bin:/usr/local/bin")
+    if ffmpeg is None:
+        pytest.skip("no ffmpeg on this machine to make an AC-3 file with")
+    ac3, text = tmp_path / "tone.ac3", tmp_path / "notes.wav"
+    text.write_text("not audio\n")
+    subprocess.run([ffmpeg, "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "sine=frequency=440:duration=1",
+                    "-c:a", "ac3", str(ac3)], check=True, timeout=60)
+    assert sniff(ac3.read_bytes()[:16]) is None
+    if ffmpeg_or_not:
+        check_input_file(str(ac3))
+    else:
+        with pytest.raises(UsageError, match="does not look like audio"):
+            check_input_file(str(ac3))
+    with pytest.raises(UsageError) as refused:
+        check_input_file(str(text))
+    assert str(refused.value) == f"{text}: {NOT_AUDIO}"

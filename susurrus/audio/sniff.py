@@ -5,6 +5,7 @@ tells a WAV, FLAC, OGG or MP3 file piped in from raw PCM."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 
 HEAD_BYTES = 16  # enough for every signature below
 
@@ -47,3 +48,19 @@ def _mpeg_frame(head: bytes) -> bool:
 def have_ffmpeg() -> bool:
     """Whether an ``ffmpeg`` binary is on PATH (it reads formats libsndfile does not)."""
     return shutil.which("ffmpeg") is not None
+
+
+def ffmpeg_reads_audio(path: str) -> bool:
+    """Whether an installed ffmpeg finds an audio stream in the file at ``path`` and decodes its
+    first packet (a file with no header :func:`sniff` knows, before any model loads): ffmpeg
+    decodes ~0.1 s of it to nowhere. False without ffmpeg, or when it fails or takes over 10 s."""
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        return False
+    cmd = [ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-i", path,
+           "-map", "0:a:0", "-t", "0.1", "-f", "null", "-"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0

@@ -123,11 +123,18 @@ def check_output_dir(path: str) -> Path:
     return out
 
 
+# the words for a file that is no audio, the same whether ffmpeg is installed or not
+NOT_AUDIO = ("does not look like audio (no WAV, FLAC, OGG, MP3, M4A, WebM or AIFF header, and no audio stream "
+             "that ffmpeg, where installed, can read)")
+
+
 def check_input_file(path: str) -> None:
     """An input that exists, is a readable file and starts like audio (its header: WAV, FLAC,
-    OGG, MP3, ..., :func:`susurrus.audio.sniff.sniff`; any header when ffmpeg is installed, as it
-    reads more), or :class:`UsageError` saying what it is. Reads 16 bytes: no model, no PyTorch."""
-    from susurrus.audio.sniff import HEAD_BYTES, have_ffmpeg, sniff
+    OGG, MP3, ..., :func:`susurrus.audio.sniff.sniff`; another when an installed ffmpeg finds
+    audio in it, :func:`~susurrus.audio.sniff.ffmpeg_reads_audio`), or :class:`UsageError` saying
+    what it is, in the same words with ffmpeg and without. Reads 16 bytes (and, for a file with
+    no known header, runs ffmpeg over its start): no model, no PyTorch."""
+    from susurrus.audio.sniff import HEAD_BYTES, ffmpeg_reads_audio, sniff
 
     p = Path(path)
     if not p.exists():
@@ -141,9 +148,8 @@ def check_input_file(path: str) -> None:
         raise UsageError(f"{path}: cannot read it ({err.strerror or err})") from None
     if not head:
         raise UsageError(f"{path}: the file is empty")
-    if sniff(head) is None and not have_ffmpeg():
-        raise UsageError(f"{path}: does not look like audio (no WAV, FLAC, OGG, MP3, M4A, WebM, AIFF header; "
-                         "without ffmpeg installed those are what can be read)")
+    if sniff(head) is None and not ffmpeg_reads_audio(path):
+        raise UsageError(f"{path}: {NOT_AUDIO}")
 
 
 def save_or_print(write: Callable[[Path], Any], target: Path, fallback: Callable[[], str]) -> bool:
