@@ -244,7 +244,9 @@ def load_model(name_or_path: str | os.PathLike = "tiny.en", threads: int | None 
     if int8_output:
         loaded.net.decoder.quantize_output()
     if kind == "half":
+        output_t = loaded.net.decoder.output_t  # float32 (freeze): the logits stay a float32 product
         loaded.net.to(HALF[compute_type])
+        loaded.net.decoder.keep_float_output(output_t)
     if dev.type != "cpu":
         loaded.net.to(dev)
     name = str(name_or_path) if not isinstance(name_or_path, Path) else name_or_path.name

@@ -134,6 +134,23 @@ def test_model_bytes_are_the_tensors(tiny_float32):
     assert model_bytes(net.dims, torch.float32) == held
 
 
+def test_a_half_model_projects_its_logits_in_float32(tiny_float32):
+    """A bfloat16 model (the GPU's default) keeps the output matrix in float32, the checkpoint's
+    own weights, and its last norm's output in float32: its logits are a float32 product, not a
+    bfloat16 one cast to float32. Its bytes are the formula's (the float32 output copy in it)."""
+    half = load_model("tiny.en", device="cpu", compute_type="bfloat16")
+    dec, ref = half.net.decoder, tiny_float32.net.decoder
+    assert dec.token_embedding.weight.dtype == torch.bfloat16
+    assert dec.output_t.dtype == torch.float32 and torch.equal(dec.output_t, ref.output_t)
+    hidden = dec.ln(torch.randn(3, 384).to(torch.bfloat16))
+    assert hidden.dtype == torch.float32
+    assert torch.equal(dec.project(hidden), hidden @ ref.output_t)
+    dims = half.net.dims
+    held = sum(t.numel() * t.element_size() for t in [*half.net.parameters(), *half.net.buffers()])
+    silence = dims.n_text_layer * 2 * dims.n_audio_ctx * dims.n_text_state * 2  # (not made here: a slow encode)
+    assert model_bytes(dims, torch.bfloat16) == held + silence
+
+
 def test_stream_bytes_bound_a_real_stream(tiny_float32, jfk):
     """The formula against the tensors of a real tiny.en stream: the cross-attention buffer
     exactly, the encoder's keys/values at least those of its frames and within the formula's

@@ -68,16 +68,18 @@ def stream_bytes(dims: ModelDims, dtype: torch.dtype = torch.float32, frames: in
 
 
 def model_bytes(dims: ModelDims, dtype: torch.dtype = torch.float32) -> int:
-    """The model's device bytes: its weights, the transposed output copy (``TextDecoder.freeze``)
+    """The model's device bytes: its weights, the transposed output copy (``TextDecoder.freeze``,
+    float32 whatever the dtype)
     and the silence's cross keys/values every stream shares."""
     b = torch.empty(0, dtype=dtype).element_size()
     a, t = dims.n_audio_state, dims.n_text_state
     block = lambda w: 12 * w * w + 12 * w  # noqa: E731  attention (4 w^2 + 3 w) + MLP (8 w^2 + 5 w) + 2 norms (4 w)
     encoder = dims.n_mels * a * 3 + a + a * a * 3 + a + dims.n_audio_ctx * a + dims.n_audio_layer * block(a) + 2 * a
-    decoder = (dims.n_vocab * t * 2 + dims.n_text_ctx * t + dims.n_text_layer * (block(t) + 4 * t * t + 5 * t)
+    decoder = (dims.n_vocab * t + dims.n_text_ctx * t + dims.n_text_layer * (block(t) + 4 * t * t + 5 * t)
                + 2 * t)
     silence = dims.n_text_layer * 2 * dims.n_audio_ctx * t
-    return (encoder + decoder + silence) * b
+    output_t = dims.n_vocab * t * 4  # the transposed output copy: float32 in every dtype (float32 logits)
+    return (encoder + decoder + silence) * b + output_t
 
 
 def fitting_streams(dims: ModelDims, dtype: torch.dtype, free_bytes: int, margin: float = 0.15,

@@ -46,11 +46,16 @@ class ModelDims:
 
 class LayerNorm(nn.LayerNorm):
     """Computed in float32 whatever the model's dtype (a float16/bfloat16 model's weights are
-    read as float32: on a float32 model the same tensors, the same bits)."""
+    read as float32: on a float32 model the same tensors, the same bits). ``keep_float``: the
+    output stays float32 (the decoder's last norm, whose output the float32 logits read)."""
+
+    def __init__(self, n_state: int, keep_float: bool = False):
+        super().__init__(n_state)
+        self.keep_float = keep_float
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x.float(), self.normalized_shape, self.weight.float(), self.bias.float(),
-                            self.eps).type(x.dtype)
+        y = F.layer_norm(x.float(), self.normalized_shape, self.weight.float(), self.bias.float(), self.eps)
+        return y if self.keep_float else y.type(x.dtype)
 
 
 def to_host(x: Tensor) -> Tensor:
@@ -243,9 +248,10 @@ class TextDecoder(nn.Module):
         self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
         self.blocks = nn.ModuleList(
             ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer))
-        self.ln = LayerNorm(n_state)
+        self.ln = LayerNorm(n_state, keep_float=True)  # final hidden states in float32, whatever the dtype
         # (width, vocab) copy of the tied output weight, set by ``freeze``: a row-vector times a
-        # contiguous (width, vocab) matrix runs ~2.5x faster on CPU than against its transpose
+        # contiguous (width, vocab) matrix runs ~2.5x faster on CPU than against its transpose.
+        # float32 in every model (a half model keeps it so: ``keep_float_output``)
         self.register_buffer("output_t", None, persistent=False)
 
     def freeze(self) -> None:
@@ -261,8 +267,16 @@ class TextDecoder(nn.Module):
         does not need this: :meth:`project_shortlist` is as fast and exact."""
         self.output_int8 = int8_linear(self.token_embedding.weight)
 
+    def keep_float_output(self, output_t: Tensor) -> None:
+        """After the model is cast to a half dtype: the output matrix back in float32
+        (``output_t``: :meth:`freeze`'s, before the cast), so that the logits are a float32
+        product of float32 hidden states (``ln`` keeps them float32) and the checkpoint's own
+        output weights, as on a float32 model, not a half product cast to float32."""
+        self.output_t = output_t.to(device=self.token_embedding.weight.device, dtype=torch.float32)
+
     def project(self, x: Tensor) -> Tensor:
-        """Vocabulary logits (…, vocab), float32, of final hidden states ``x`` (…, width)."""
+        """Vocabulary logits (…, vocab), float32, of final hidden states ``x`` (…, width): a
+        float32 product in every dtype (:meth:`keep_float_output`)."""
         if getattr(self, "output_int8", None) is not None and x.dtype == torch.float32:
             return self.output_int8(x)
         weight_t = self.output_t if self.output_t is not None else self.token_embedding.weight.T
