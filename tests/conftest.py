@@ -43,6 +43,9 @@ def need_data(sub: str) -> Path:
     return path
 
 
+FFMPEG = shutil.which("ffmpeg")  # this machine's ffmpeg, found before any test hides it
+
+
 def path_without_ffmpeg() -> str:
     """PATH less every folder that holds an ``ffmpeg`` binary: a machine without ffmpeg, as far
     as ``shutil.which`` (and so susurrus) can tell."""
@@ -56,7 +59,7 @@ def ffmpeg_or_not(request, monkeypatch) -> bool:
     process and the children it starts); the first skips where no ffmpeg is installed
     (``.ci/run`` installs it). True when ffmpeg is on PATH."""
     if request.param == "with ffmpeg":
-        if shutil.which("ffmpeg") is None:
+        if FFMPEG is None:
             pytest.skip("no ffmpeg on this machine (apt-get install ffmpeg; .ci/run installs it)")
         return True
     monkeypatch.setenv("PATH", path_without_ffmpeg())

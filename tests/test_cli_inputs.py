@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import default_sigint
+from conftest import FFMPEG, default_sigint
 
 from susurrus.cli.main import main
 from susurrus.cli.outputs import output_names
@@ -125,12 +125,11 @@ def test_a_file_with_no_known_header_is_read_where_ffmpeg_reads_it(tmp_path, ffm
     from susurrus.audio.sniff import sniff
     from susurrus.cli.args import NOT_AUDIO, UsageError, check_input_file
 
-    ffmpeg = shutil.which("ffmpeg", path=os.environ["PATH"] + os.pathsep + "/usr/bin:/usr/local/bin")
-    if ffmpeg is None:
+    if FFMPEG is None:
         pytest.skip("no ffmpeg on this machine to make an AC-3 file with")
     ac3, text = tmp_path / "tone.ac3", tmp_path / "notes.wav"
     text.write_text("not audio\n")
-    subprocess.run([ffmpeg, "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "sine=frequency=440:duration=1",
+    subprocess.run([FFMPEG, "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "sine=frequency=440:duration=1",
                     "-c:a", "ac3", str(ac3)], check=True, timeout=60)
     assert sniff(ac3.read_bytes()[:16]) is None
     if ffmpeg_or_not:
