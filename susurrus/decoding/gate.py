@@ -7,7 +7,12 @@ quiet audio, the same threshold: ``StreamConfig.gate_threshold``, at which whisp
 voices still count), and every stretch of frames that may be speech is kept with padding around
 it, as the stream keeps audio around speech: ``pad_before_ms`` before it (the stream's
 ``resume_pad_ms``: word onsets, which Silero hears late) and ``pad_after_ms`` after it (its
-``idle_after_ms``: word tails and short pauses). Stretches whose padding meets are one. The
+``idle_after_ms``: word tails and short pauses). Stretches whose padding meets are one, and so
+are stretches less than ``min_cut_ms`` apart (and a file's first and last stretch are kept to its
+edges when they are that close): cutting so little out removes nothing Whisper could read speech
+into, and only changes what it hears. Every cut falls on the mel hop (10 ms) of the original
+audio, so each kept stretch is framed exactly as the whole file is: a cut 12 ms into a file once
+shifted every frame of an 11 s item and turned its greedy reading into a loop. The
 kept stretches are transcribed as one audio, and every time in the result (segments, words) is
 mapped back to the original audio's time base. Audio without speech gives no segment at all.
 """
@@ -26,6 +31,8 @@ SAMPLE_RATE = 16000
 THRESHOLD = 0.15  # StreamConfig().gate_threshold: the stream's gate wakes at this probability
 PAD_BEFORE_MS = 500  # StreamConfig().resume_pad_ms
 PAD_AFTER_MS = 1000  # StreamConfig().idle_after_ms
+MIN_CUT_MS = 1000  # a shorter stretch of non-speech is not cut out (it is no silence to read speech into)
+HOP = 160  # the mel hop: every cut is on a frame boundary of the original audio
 _READ_S = 60  # the VAD reads a long file a minute at a time (bounded memory)
 
 
@@ -40,19 +47,26 @@ def speech_probabilities(vad: SileroVad, audio: np.ndarray) -> np.ndarray:
 
 
 def speech_spans(probs: np.ndarray, n_samples: int, threshold: float = THRESHOLD,
-                 pad_before_ms: int = PAD_BEFORE_MS, pad_after_ms: int = PAD_AFTER_MS) -> list[tuple[int, int]]:
+                 pad_before_ms: int = PAD_BEFORE_MS, pad_after_ms: int = PAD_AFTER_MS,
+                 min_cut_ms: int = MIN_CUT_MS) -> list[tuple[int, int]]:
     """The stretches of ``n_samples`` of audio to transcribe, ``[(start, end)]`` in samples:
-    every frame whose probability reaches ``threshold``, padded, overlapping stretches merged."""
+    every frame whose probability reaches ``threshold``, padded; stretches less than
+    ``min_cut_ms`` apart (or from the file's edge) joined; every start and end on the mel hop."""
     spans: list[tuple[int, int]] = []
     frame = FRAME_MS * SAMPLE_RATE // 1000
     before, after = pad_before_ms * SAMPLE_RATE // 1000, pad_after_ms * SAMPLE_RATE // 1000
+    least = min_cut_ms * SAMPLE_RATE // 1000
     for i in np.flatnonzero(probs >= threshold):
-        start = max(0, int(i) * frame - before)
-        end = min(n_samples, (int(i) + 1) * frame + after)
-        if spans and start <= spans[-1][1]:
+        start = max(0, (int(i) * frame - before) // HOP * HOP)
+        end = min(n_samples, -(-((int(i) + 1) * frame + after) // HOP) * HOP)
+        if spans and start < spans[-1][1] + least:
             spans[-1] = (spans[-1][0], max(spans[-1][1], end))
         else:
             spans.append((start, end))
+    if spans and spans[0][0] < least:
+        spans[0] = (0, spans[0][1])
+    if spans and n_samples - spans[-1][1] < least:
+        spans[-1] = (spans[-1][0], n_samples)
     return [(a, b) for a, b in spans if b > a]
 
 
