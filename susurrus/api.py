@@ -154,7 +154,8 @@ class WhisperModel:
                policy: str | None = None, first_commit_ms: int | None = None, language: str | None = None,
                task: str | None = None, diarize: bool = False, speakers: int | None = None,
                min_speakers: int | None = None, max_speakers: int | None = None,
-               speaker_refs: dict[str, Any] | None = None, **settings: Any) -> StreamSession:
+               speaker_refs: dict[str, Any] | None = None, speaker_tracker: Any = None,
+               **settings: Any) -> StreamSession:
         """Open a live stream: ``for event in stream.events(blocks)`` feeds every block (16 kHz
         mono, float32 or int16) and finishes the stream when they run out, the last words
         included; by hand, ``events = stream.feed(pcm)`` as audio arrives and ``stream.finish()``
@@ -165,7 +166,9 @@ class WhisperModel:
         override it. ``diarize``: each committed word gets a ``speaker`` (``S1``, ``S2``, ... in
         order of appearance; ``speakers`` / ``min_speakers`` / ``max_speakers`` bound the count,
         a voice past ``max_speakers`` is merged into the nearest; ``speaker_refs`` enrols
-        named voices: name -> clip path or 16 kHz samples; :mod:`susurrus.speakers`)."""
+        named voices: name -> clip path or 16 kHz samples; :mod:`susurrus.speakers`; or a
+        ready ``speaker_tracker``, ``susurrus.speakers.make_tracker(encoder="ge2e")``): the stream
+        is then a :class:`~susurrus.speakers.stream.LabelledStream`."""
         if language is not None and self.is_multilingual:
             self.tokenizer.with_options(language, task or "transcribe")
         config = stream_config(latency, chunk_ms=chunk_ms, lookahead_ms=lookahead_ms,
@@ -175,19 +178,23 @@ class WhisperModel:
             self._silence = silence_cross_kv(self.net)
         if (config.vad or config.turns) and self._vad is None:
             self._vad = load_vad()
-        session = StreamSession(self.net, self.tokenizer, config, self._silence, self._vad)
+        parts = (self.net, self.tokenizer, config, self._silence, self._vad)
         d = config.diarization  # set by a server session (speakers/settings.py)
-        if diarize or speakers or speaker_refs or d is not None:
-            import numpy as np
+        if not (diarize or speakers or speaker_refs or d is not None or speaker_tracker is not None):
+            return StreamSession(*parts)
+        # labels: the stream wrapped from above (the session itself knows nothing of speakers)
+        from susurrus.speakers import make_tracker
+        from susurrus.speakers.stream import LabelledStream
 
-            from susurrus.speakers import make_tracker
-
+        if speaker_tracker is None:
             if d is not None:
+                import numpy as np
+
                 speakers, min_speakers, max_speakers = d.speakers, d.min_speakers, d.max_speakers
                 speaker_refs = {n: np.array(e, np.float32) for n, e in d.refs} | (speaker_refs or {})
-            session.speakers = make_tracker(speakers, min_speakers, max_speakers, speaker_refs,
-                                            encoder=d.encoder if d is not None else None)
-        return session
+            speaker_tracker = make_tracker(speakers, min_speakers, max_speakers, speaker_refs,
+                                           encoder=d.encoder if d is not None else None)
+        return LabelledStream(*parts, tracker=speaker_tracker)
 
     def streams(self) -> StreamBatch:
         """Many live streams stepped together: ``batch = model.streams()``, ``s = batch.stream()``

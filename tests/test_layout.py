@@ -17,9 +17,9 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """The project's modules that ``path`` imports, at module level or inside functions (not for
-    type checkers only); a package
+def _imports(path: Path, modules: set[str], typing: bool = False) -> set[str]:
+    """The project's modules that ``path`` imports, at module level or inside functions (for
+    type checkers only too where ``typing``); a package
     import (``from susurrus.cli import main``) counts as importing the named submodule where one exists."""
     found = set()
     tree = ast.parse(path.read_text(), str(path))
@@ -28,22 +28,49 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
                    and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
                    for stmt in block.body for n in ast.walk(stmt)}
     for node in ast.walk(tree):
-        if id(node) in typing_only:
+        if id(node) in typing_only and not typing:
             continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
             found.update(f"{node.module}.{a.name}" for a in node.names)
-    own = _module_name(path)
+    own = _module_name(path) if path.is_relative_to(ROOT) else path.stem
     return {m for m in found if m in modules and m != own and not own.startswith(m + ".")}
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(typing: bool = False) -> dict[str, set[str]]:
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     modules = set(files)
     # a package's __init__ runs when a submodule is imported; only count what the files name
-    return {name: _imports(path, modules) for name, path in files.items()}
+    return {name: _imports(path, modules, typing) for name, path in files.items()}
+
+
+# the pipeline's order (docs/architecture.md), lowest first: a module reaches, at any depth of
+# the import graph, lazily or for type checkers only, nothing in a layer above its own
+LAYERS = (
+    ("audio", "model", "decoding", "streaming"),  # the engine: samples in, a stream's events out
+    ("speakers",),  # layers that consume a stream's events (labels wrap a stream from above)
+    ("api", "server", "cli"),  # where users meet it
+)
+
+
+def _layer(module: str) -> int | None:
+    part = module.split(".")[1] if module.count(".") else ""
+    return next((i for i, names in enumerate(LAYERS) if part in names), None)
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """Every module ``start`` reaches, each with the module that imports it on the way."""
+    seen: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        v = todo.pop()
+        for w in graph[v]:
+            if w not in seen and w != start:
+                seen[w] = v
+                todo.append(w)
+    return seen
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -83,6 +110,31 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_module_imports_a_module_that_imports_it_back():
     assert _cycles(import_graph()) == []
+
+
+def test_no_layer_imports_a_layer_above_it():
+    graph = import_graph(typing=True)
+    wrong = []
+    for module in sorted(graph):
+        own = _layer(module)
+        if own is None:
+            continue
+        for reached, via in _reached(graph, module).items():
+            if (above := _layer(reached)) is not None and above > own:
+                wrong.append(f"{module} reaches {reached} (imported by {via})")
+    assert wrong == []
+
+
+def test_the_layer_check_sees_a_lazy_upward_import(tmp_path):
+    """The check itself: a function-level import of ``speakers/`` from ``streaming/`` is found."""
+    f = tmp_path / "mod.py"
+    f.write_text("def f():\n    from susurrus.speakers.stream import LabelledStream\n")
+    assert _imports(f, {"susurrus.speakers.stream"}) == {"susurrus.speakers.stream"}
+    graph = {"susurrus.streaming.x": {"susurrus.streaming.y"}, "susurrus.streaming.y": {"susurrus.speakers.stream"},
+             "susurrus.speakers.stream": set()}
+    assert _reached(graph, "susurrus.streaming.x") == {"susurrus.streaming.y": "susurrus.streaming.x",
+                                                       "susurrus.speakers.stream": "susurrus.streaming.y"}
+    assert _layer("susurrus.speakers.stream") > _layer("susurrus.streaming.y")
 
 
 def test_no_source_file_over_500_lines():

@@ -102,7 +102,7 @@ def test_bench_diarize_passes_the_encoder(flag, want, monkeypatch, tmp_path):
 @pytest.mark.parametrize("command", ["stream", "transcribe"])
 def test_speaker_encoder_option_makes_that_tracker(command, dev_item):
     from susurrus.cli.main import build_parser
-    from susurrus.speakers.options import tracker_from_args
+    from susurrus.cli.speakers import tracker_from_args
 
     path = str(dev_item(JFK).audio)
     for flag, want, dim in (([], "campplus", 192), (["--speaker-encoder", "ge2e"], "ge2e", 256)):
@@ -115,8 +115,10 @@ def test_a_realtime_session_chooses_the_speaker_encoder(tiny):
     """``session.update`` with ``susurrus: {"diarize": true, "speaker_encoder": "ge2e"}``: the
     session's stream labels with GE2E; CAM++ unless given; anything else is the protocol's
     ``invalid_value`` naming the field."""
+    from susurrus.server.realtime.diarization import parse_diarization
     from susurrus.server.realtime.protocol import ProtocolError
-    from susurrus.speakers.settings import parse_diarization
+    from susurrus.speakers.stream import LabelledStream
+    from susurrus.streaming.session import StreamSession
 
     assert parse_diarization({"diarize": True}, None).encoder == "campplus"
     d = parse_diarization({"diarize": True, "speaker_encoder": "ge2e"}, None)
@@ -125,4 +127,6 @@ def test_a_realtime_session_chooses_the_speaker_encoder(tiny):
     with pytest.raises(ProtocolError) as err:
         parse_diarization({"diarize": True, "speaker_encoder": "ecapa"}, None)
     assert err.value.param == "session.susurrus.speaker_encoder"
-    assert tiny.stream(diarization=d).speakers.config.encoder == "ge2e"
+    stream = tiny.stream(diarization=d)  # wrapped from above: the session itself has no tracker
+    assert isinstance(stream, LabelledStream) and stream.tracker.config.encoder == "ge2e"
+    assert type(tiny.stream()) is StreamSession

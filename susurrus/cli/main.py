@@ -21,8 +21,8 @@ from susurrus.cli.args import (
     ms_list,
 )
 from susurrus.cli.serve import add_limit_args, cmd_client, cmd_serve, cmd_serve_ray
+from susurrus.cli.speakers import add_encoder_arg, add_speaker_args
 from susurrus.cli.transcribe import cmd_transcribe
-from susurrus.speakers.options import add_encoder_arg, add_speaker_args
 from susurrus.writers import WRITERS
 
 THREADS_HELP = ("torch threads (default: %(default)s: one thread was 2-5x faster than all cores on a "

@@ -93,7 +93,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
         audio = _decode(args.input)
         name = Path(args.input).stem
 
-    from susurrus.speakers.options import tracker_from_args
+    from susurrus.cli.speakers import tracker_from_args
 
     tracker = tracker_from_args(args)  # speaker options and clips checked before the model loads
     import susurrus
@@ -101,8 +101,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     model = susurrus.load_model(args.model, threads=args.threads, int8_output=args.int8_output,
                                 compute_type=args.compute_type, device=args.device)
     check_model_options(model, args.language, args.task)
-    stream = model.stream(args.latency, **settings)
-    stream.speakers = tracker
+    stream = model.stream(args.latency, speaker_tracker=tracker, **settings)
     block = config.chunk_ms * 16
     with Interrupt() as interrupt:
         if audio is None:

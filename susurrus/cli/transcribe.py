@@ -39,7 +39,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
         word_timestamps=args.word_timestamps, without_timestamps=args.without_timestamps,
         initial_prompt=args.initial_prompt, condition_on_previous_text=not args.no_condition_on_previous_text,
         vad=not args.no_vad)
-    from susurrus.speakers.options import tracker_from_args, wants_speakers
+    from susurrus.cli.speakers import tracker_from_args, wants_speakers
 
     diarize = wants_speakers(args)
     if diarize:

@@ -115,8 +115,7 @@ def run_stream(model, conv) -> tuple[dict, dict, float, float]:
     """(online scores, offline scores, median commit lag, text identical without diarize)."""
     from susurrus.speakers import make_tracker
 
-    s = model.stream(diarize=True)
-    s.speakers = make_tracker(keep_all=True)
+    s = model.stream(speaker_tracker=make_tracker(keep_all=True))
     blocks = [conv.audio[i: i + STEP] for i in range(0, len(conv.audio), STEP)]
     list(s.events(blocks))
     words = [w for w in s.words if w.end > w.start]

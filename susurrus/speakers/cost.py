@@ -47,9 +47,7 @@ def stream_cost(path: str, seconds: float = 60.0, reps: int = 2) -> None:
     dur = len(audio) / 16000
 
     def run(encoder: str | None, blocks) -> tuple[float, object]:
-        s = model.stream(diarize=encoder is not None)
-        if encoder is not None:
-            s.speakers = make_tracker(encoder=encoder)
+        s = model.stream(speaker_tracker=make_tracker(encoder=encoder) if encoder is not None else None)
         t = time.process_time()
         list(s.events(blocks))
         return time.process_time() - t, s
@@ -63,7 +61,7 @@ def stream_cost(path: str, seconds: float = 60.0, reps: int = 2) -> None:
         for encoder in (None, *ENCODER_NAMES):
             spent[0] = 0.0
             cpu, s = run(encoder, blocks)
-            t = s.speakers
+            t = getattr(s, "tracker", None)
             extra = f"{spent[0] / dur:.4f} | {t.embedded} | {t.batches}" if t is not None else "| |"
             print(f"| {encoder or 'without labels'} | {cpu / dur:.4f} | {extra} |", flush=True)
 

@@ -94,8 +94,8 @@ class StreamConfig:
     # text the decoder is conditioned on, as Whisper's initial prompt offline (names, terms,
     # style); unlike the text so far it is kept in every window's prompt, loops and stalls too
     prompt: str | None = None
-    # speaker labels on committed words (``model.stream(diarize=True)`` sets it; ``speakers/``):
-    # a ``susurrus.speakers.settings.Diarization``, None for none
+    # speaker labels on committed words, a server session's ``susurrus.speakers.settings.Diarization``
+    # (None for none): ``WhisperModel.stream`` reads it and wraps the stream from above (``speakers/``)
     diarization: Any = None
 
     @property

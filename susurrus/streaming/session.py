@@ -137,7 +137,6 @@ class StreamSession(WindowDecoding, VoiceActivity):
         self._silence = silence if silence is not None else silence_cross_kv(net)
         self.vad = (vad or load_vad()) if config.vad or config.turns else None
         self._silence_frames = round(config.silence_context_ms / 1000 / FRAME_S)
-        self.speakers = None  # a SpeakerTracker when the stream labels speakers (``diarize``: speakers/)
         # the user's prompt: at most half the context (Whisper keeps the last 224 tokens offline)
         self._given_prompt = (tokenizer.encode(" " + config.prompt.strip())[-(config.context_tokens // 2):]
                               if config.prompt and config.prompt.strip() and config.context_tokens else [])
@@ -182,15 +181,7 @@ class StreamSession(WindowDecoding, VoiceActivity):
         The audio is checked here, before anything is accepted."""
         if self.finished:
             raise RuntimeError("stream already finished")
-        samples = stream_samples(pcm)
-        steps = self._feed_steps(samples)
-        return steps if self.speakers is None else self._labelled(steps, samples)
-
-    def _labelled(self, steps: Steps[list[Event]], samples: np.ndarray | None = None) -> Steps[list[Event]]:
-        """``diarize``: the events of ``steps`` with their committed words' speakers (``speakers/``)."""
-        from susurrus.speakers.stream import label_events
-
-        return label_events(self, (yield from steps), samples)
+        return self._feed_steps(stream_samples(pcm))
 
     def _feed_steps(self, samples: np.ndarray) -> Steps[list[Event]]:
         step = self.config.step_samples
@@ -215,8 +206,6 @@ class StreamSession(WindowDecoding, VoiceActivity):
 
     def finish_steps(self) -> Steps[list[Event]]:
         """:meth:`finish` as a generator of its model calls (see :meth:`feed_steps`)."""
-        if self.speakers is not None and not self.finished:
-            return self._labelled(self._finish_steps())
         return self._finish_steps()
 
     def _finish_steps(self) -> Steps[list[Event]]:
@@ -252,7 +241,7 @@ class StreamSession(WindowDecoding, VoiceActivity):
         utterance"). The stream stays open; nothing already fed is dropped."""
         if self.finished:
             raise RuntimeError("stream already finished")
-        return drive(self.net, self._flush() if self.speakers is None else self._labelled(self._flush()))
+        return drive(self.net, self._flush())
 
     # ------------------------------------------------------------------ voice activity
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from susurrus.server.realtime.diarization import SPEAKER_KEYS, parse_diarization
 from susurrus.server.realtime.protocol import (
     FORMAT_LOCKED,
     INVALID_VALUE,
@@ -16,7 +17,7 @@ from susurrus.server.realtime.protocol import (
     UNSUPPORTED_RATE,
     ProtocolError,
 )
-from susurrus.speakers.settings import SPEAKER_KEYS, Diarization, parse_diarization
+from susurrus.speakers.settings import Diarization
 from susurrus.streaming.session import StreamConfig, stream_config
 from susurrus.streaming.vad import TurnConfig
 

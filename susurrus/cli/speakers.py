@@ -1,9 +1,11 @@
-"""The command line's speaker options (``transcribe``, ``stream``, ``serve``'s defaults)."""
+"""The command line's speaker options (speakers/ used from above) (``transcribe``, ``stream``, ``serve``'s defaults)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
+
+from susurrus.cli.args import UsageError
 
 if TYPE_CHECKING:
     from susurrus.speakers.tracker import SpeakerTracker
@@ -48,7 +50,6 @@ def tracker_from_args(args: argparse.Namespace, keep_all: bool = False) -> Speak
     ``UsageError`` that says which."""
     if not wants_speakers(args):
         return None
-    from susurrus.cli.args import UsageError
     from susurrus.speakers import make_tracker, parse_reference_args
     from susurrus.speakers.encoder import SpeakerEncoderMissing
 
