@@ -299,3 +299,10 @@ def test_translate_streams_english(base, dev_item):
     offline = " ".join(s.text.strip() for s in segments)
     errors, n = error_counts(offline, stream.text)
     assert errors / n <= 0.25, (stream.text, offline)
+
+
+def test_turns_true_means_server_vads_defaults_and_a_wrong_value_is_refused_at_once(tiny):
+    assert tiny.stream(turns=True).config.turns == TurnConfig()
+    assert tiny.stream(turns=False).config.turns is None
+    with pytest.raises(ValueError, match="turns must be"):
+        tiny.stream(turns={"silence_duration_ms": 300})

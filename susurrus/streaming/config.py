@@ -162,4 +162,11 @@ def stream_config(latency: str | None = None, **overrides) -> StreamConfig:
     name = latency or "medium"
     if name not in PRESETS:
         raise ValueError(f"latency must be one of {sorted(PRESETS)}, not {latency!r}")
+    turns = overrides.get("turns")
+    if turns is True:
+        overrides["turns"] = TurnConfig()  # server_vad's defaults
+    elif turns is False:
+        overrides["turns"] = None
+    elif turns is not None and not isinstance(turns, TurnConfig):
+        raise ValueError(f"turns must be True, False, a TurnConfig or None, not {turns!r}")
     return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
