@@ -189,8 +189,10 @@ def test_browser_demo_streams_a_file_when_the_browser_blocks_playback(server, ti
     that playback is blocked, streams the file without sound, and its transcript is the stream's.
 
     Headless Chromium plays audio whatever its autoplay flag, so the block is what a blocking
-    browser does to the page, set up before the page loads: ``AudioContext.resume()`` never
-    settles and the context stays ``suspended``."""
+    browser does to the page, set up before the page loads: every ``AudioContext`` is suspended
+    as it is made (its graph runs no audio: nothing reaches the capture worklet, the file never
+    ends by itself), ``resume()`` never settles and the context stays ``suspended``. Only the
+    page's own fallback, which sends the file at speaking pace by a timer, can bring the text."""
     pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.common.by import By
 
@@ -200,8 +202,12 @@ def test_browser_demo_streams_a_file_when_the_browser_blocks_playback(server, ti
     sf.write(clip, audio, 16000, subtype="PCM_16")
     driver = _chromium(clip, "--autoplay-policy=user-gesture-required")
     driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
-        AudioContext.prototype.resume = function () { return new Promise(() => {}); };
-        Object.defineProperty(AudioContext.prototype, "state", { get() { return "suspended"; } });"""})
+        const Real = window.AudioContext;
+        window.AudioContext = class extends Real {
+            constructor(...args) { super(...args); Real.prototype.suspend.call(this); }
+            resume() { return new Promise(() => {}); }
+            get state() { return "suspended"; }
+        };"""})
     try:
         driver.get(f"{server.http_url}/")
         body = driver.find_element(By.TAG_NAME, "body")
