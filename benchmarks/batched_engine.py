@@ -13,6 +13,18 @@ in different rounds, as a server's sessions do (their clients connect at differe
 
     python benchmarks/batched_engine.py --streams 1,8,16,32,48 --seconds 30
     python benchmarks/batched_engine.py --streams 8,16,32 --seconds 30 --no-alone --staggered
+
+``--ops`` counts instead what a GPU would launch and wait for (``susurrus.evaluation.dispatch``):
+N streams of JFK, 4 s each to warm up, then one 640 ms step of every stream in one
+``batch.feed``, under a ``TorchDispatchMode``: ops dispatched (each a kernel launch on a GPU) per
+part (each kind of model call, and the streams' own work between calls), device-to-host copies a GPU
+would make (``calls._host_reads``) and host reads (``.item()``, ``.tolist()``, ``.numpy()``: a wait on a GPU
+when made inside a model call), and the bytes a stream holds (its tensors,
+``memory.held_bytes``) beside the formula's peak (``memory.stream_bytes``). Shapes that are not
+embedded run with random weights (``random:large-v3-turbo``, seed 0), given English:
+
+    python benchmarks/batched_engine.py --ops --streams 1,8,32,128 --model tiny.en
+    python benchmarks/batched_engine.py --ops --streams 1,8,32 --model random:large-v3-turbo
 """
 
 from __future__ import annotations
@@ -108,6 +120,41 @@ def breakdown(n: int, spent: float, total: float, costs: dict) -> None:
     print(f"| all | {spent / total:.4f} | 100% | | | |\n")
 
 
+def ops(model, counts: list[int]) -> None:
+    """The ``--ops`` table (module docstring)."""
+    from susurrus.evaluation.dispatch import counting
+    from susurrus.model.memory import held_bytes, stream_bytes
+
+    audio = decode_audio(susurrus.example_audio())
+    language = {"language": "en"} if model.is_multilingual else {}
+    warm, step = 4 * SR, int(0.64 * SR)
+    parts = ("stream", "VadFrames", "EncodeFrames", "CrossKV", "DecodeTokens")
+    dtype = next(model.net.parameters()).dtype
+    print(f"model {model.name} ({model.compute_type}, {dtype}), one 640 ms step of every stream after 4 s of JFK\n")
+    print("| streams | ops | ops per stream | x one stream | " + " | ".join(f"{p} ops" for p in parts)
+          + " | passes | device-to-host copies (where) | host reads (where) | MiB held per stream "
+            "| formula's peak MiB |")
+    print("|---:|---:|---:|---:|" + "---:|" * len(parts) + "---|---|---|---:|---:|")
+    one = None
+    for n in counts:
+        batch = model.streams()
+        streams = [batch.stream(**language) for _ in range(n)]
+        batch.feed({s: audio[:warm] for s in streams})
+        with counting() as c:
+            batch.feed({s: audio[warm:warm + step] for s in streams})
+        one = one or c.total / n
+        held = sum(held_bytes(s) for s in streams) / n / 2**20
+        passes = ", ".join(f"{k} {v}" for k, v in sorted(c.calls.items()))
+        where = ", ".join(f"{k} {v}" for k, v in sorted(c.reads.items()))
+        copies = ", ".join(f"{k} {v}" for k, v in sorted(c.transfers.items()))
+        print(f"| {n} | {c.total:,} | {c.total / n:,.0f} | {c.total / one:.1f} | "
+              + " | ".join(f"{c.ops[p]:,}" for p in parts)
+              + f" | {passes} | {sum(c.transfers.values())} ({copies}) | {c.host_reads:,} ({where}) | {held:.1f} | "
+              f"{stream_bytes(model.net.dims, dtype).total / 2**20:.1f} |", flush=True)
+        del batch, streams
+        gc.collect()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--streams", default="1,8,16,32,48", help="stream counts, comma-separated")
@@ -121,9 +168,13 @@ def main() -> None:
                     help="after each count's row, its compute per kind of model call and the streams' own Python")
     ap.add_argument("--staggered", action="store_true",
                     help="start the streams at different times (steps in different rounds, as a server's sessions)")
+    ap.add_argument("--ops", action="store_true",
+                    help="count ops dispatched and host reads per 640 ms step instead of timing (module docstring)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model = susurrus.load_model(args.model, compute_type=args.compute_type)
+    if args.ops:
+        return ops(model, [int(x) for x in args.streams.split(",")])
     model.stream()
     counts = [int(x) for x in args.streams.split(",")]
     warm = recordings(args.data, 2, 5.0)  # a first run pays for allocations the later ones reuse

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import tempfile
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch
 
 from susurrus.model.ct2 import read_ct2
 from susurrus.model.heads import known_heads
+from susurrus.model.shapes import RANDOM, SHAPES, random_state
 from susurrus.model.vocabulary import TokenizerNotFoundError, package_dir, tokenizer_json
 from susurrus.model.whisper import ModelDims, Whisper, sinusoids
 
@@ -347,11 +349,25 @@ def _hf_cache_snapshot(repo_id: str) -> Path | None:
     return None
 
 
+def random_weights(name: str, seed: int = 0) -> LoadedModel:
+    """``random:SHAPE`` (a key of :data:`~susurrus.model.shapes.SHAPES`): that shape's network with
+    random weights drawn from ``seed``, its tokenizer built for its vocabulary, its released heads."""
+    shape = name.removeprefix(RANDOM)
+    if shape not in SHAPES:
+        shapes = ", ".join(RANDOM + s for s in SHAPES)
+        raise ModelNotFoundError(f"{name}: no such shape; random weights come as {shapes}")
+    dims = SHAPES[shape]
+    with tempfile.TemporaryDirectory() as empty:  # nothing beside it: the tokenizer is built
+        return _build(dims, random_state(dims, seed), None, Path(empty), f"{name} (random weights, seed {seed})")
+
+
 def load_weights(name_or_path: str | os.PathLike) -> LoadedModel:
     """Resolve a name or path to weights, trying each known format, never the network."""
     text = str(name_or_path)
     if text in EMBEDDED:
         return _load_embedded(text)
+    if text.startswith(RANDOM):
+        return random_weights(text)
     path = Path(text).expanduser()
     looked: list[str] = [f"embedded names {sorted(EMBEDDED)}"]
     if path.is_file():
