@@ -142,12 +142,12 @@ def ops(model, counts: list[int]) -> None:
         batch.feed({s: audio[:warm] for s in streams})
         with counting() as c:
             batch.feed({s: audio[warm:warm + step] for s in streams})
-        one = one or c.total / n
+        one = c.total if n == 1 else one
         held = sum(held_bytes(s) for s in streams) / n / 2**20
         passes = ", ".join(f"{k} {v}" for k, v in sorted(c.calls.items()))
         where = ", ".join(f"{k} {v}" for k, v in sorted(c.reads.items()))
         copies = ", ".join(f"{k} {v}" for k, v in sorted(c.transfers.items()))
-        print(f"| {n} | {c.total:,} | {c.total / n:,.0f} | {c.total / one:.1f} | "
+        print(f"| {n} | {c.total:,} | {c.total / n:,.0f} | {f'{c.total / one:.1f}' if one else ''} | "
               + " | ".join(f"{c.ops[p]:,}" for p in parts)
               + f" | {passes} | {sum(c.transfers.values())} ({copies}) | {c.host_reads:,} ({where}) | {held:.1f} | "
               f"{stream_bytes(model.net.dims, dtype).total / 2**20:.1f} |", flush=True)
