@@ -32,6 +32,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -70,6 +71,7 @@ class Result:
     algo_latency: list[float] = field(default_factory=list)
     commit_lag: float = 0.0
     errors: list[str] = field(default_factory=list)
+    failed: str = ""  # why no completed transcript came (a failed event, a closed connection, a time limit)
 
 
 async def run_client(url: str, r: Result, start_at: float) -> None:
@@ -80,7 +82,6 @@ async def run_client(url: str, r: Result, start_at: float) -> None:
         if SETTINGS:
             update["session"]["susurrus"] = dict(SETTINGS)
         await ws.send(json.dumps(update))
-        done = asyncio.Event()
         committed_at = 0.0
 
         async def receive() -> None:
@@ -104,25 +105,43 @@ async def run_client(url: str, r: Result, start_at: float) -> None:
                 elif kind == "conversation.item.input_audio_transcription.completed":
                     r.transcript = ev["transcript"]
                     r.commit_lag = now - committed_at
-                    done.set()
+                    return
+                elif kind == "conversation.item.input_audio_transcription.failed":
+                    error = ev.get("error") or {}
+                    r.errors.append(error.get("code", "transcription_failed"))
+                    r.failed = str(error.get("message") or kind)
                     return
                 elif kind == "error":
                     r.errors.append(ev["error"]["code"])
+            r.failed = r.failed or "the server closed the connection before the transcript completed"
 
         receiver = asyncio.create_task(receive())
         await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
         t0 = time.perf_counter()
         for i in range(0, len(r.pcm), BLOCK):
+            if receiver.done():  # the item failed, or the server closed the connection
+                break
             ahead = t0 + i / RATE - time.perf_counter()
             if ahead > 0:
                 await asyncio.sleep(ahead)
             block = r.pcm[i:i + BLOCK]
             await ws.send(json.dumps(append_event(block)))
             r.sent.append(((i + len(block)) / RATE, time.perf_counter()))
-        committed_at = time.perf_counter()
-        await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
-        await done.wait()
+        if not receiver.done():
+            committed_at = time.perf_counter()
+            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
         await receiver
+
+
+async def run_client_within(url: str, r: Result, start_at: float, limit_s: float) -> None:
+    """``run_client`` that gives up ``limit_s`` after its audio would have ended, and that
+    records why it got no transcript (``r.failed``) instead of raising."""
+    try:
+        await asyncio.wait_for(run_client(url, r, start_at), start_at - time.perf_counter() + r.duration + limit_s)
+    except asyncio.TimeoutError:
+        r.failed = f"no completed transcript {limit_s:.0f} s after the audio ended"
+    except Exception as err:  # noqa: BLE001 - a refused or dropped connection: this client failed
+        r.failed = f"{type(err).__name__}: {err}"[:200]
 
 
 def _stat(pid: int) -> list[str]:
@@ -207,8 +226,13 @@ def chosen_audio(args: argparse.Namespace, n: int) -> list[Result]:
 
 
 def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: bool, window_ms: float = 0.0,
-                     grid_ms: float = 0.0) -> dict:
-    """Start ``susurrus serve``, stream every client at once, stop it; CPU, wall and RSS."""
+                     grid_ms: float = 0.0, client_limit_s: float | None = None, start_timeout_s: float = 300.0,
+                     log: IO | None = None) -> dict:
+    """Start ``susurrus serve``, stream every client at once, stop it; CPU, wall and RSS.
+    ``client_limit_s``: each client gives up that long after its audio ended and says why in
+    ``Result.failed`` (else a client waits for its transcript as long as it takes);
+    ``start_timeout_s``: how long the server may take to answer /healthz; ``log``: a file for the
+    server's output (else it shares this process's)."""
     port = launch.free_port()
     cmd = [sys.executable, "-m", "susurrus", "serve", "--port", str(port), "--model", args.model,
            "--threads", str(args.threads), "--max-buffered-s", "600", "--max-sessions", str(len(results)),
@@ -220,10 +244,10 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
     else:
         cmd += ["--batch-window-ms", str(window_ms)] if window_ms else []
         cmd += ["--step-grid-ms", str(grid_ms)] if grid_ms else []
-    server = subprocess.Popen(cmd, cwd=REPO)
+    server = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT if log is not None else None)
     rss = [0.0]
     try:
-        launch.wait_healthy(server, port)
+        launch.wait_healthy(server, port, start_timeout_s)
         idle_rss = server_rss_mb(server.pid)
         cpu0, own0 = server_cpu_seconds(server.pid), server_cpu_seconds(server.pid, own=True)
         clients0 = time.process_time()  # this process: the clients, on the same cores as the server
@@ -240,7 +264,11 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
             start_at = time.perf_counter() + 0.5
             # --stagger-s: clients start at random times, as users connect (the same times every run)
             late = np.random.default_rng(0).uniform(0.0, args.stagger_s, len(results))
-            await asyncio.gather(*(run_client(url, r, start_at + d) for r, d in zip(results, late)))
+            if client_limit_s is None:
+                await asyncio.gather(*(run_client(url, r, start_at + d) for r, d in zip(results, late)))
+            else:
+                await asyncio.gather(*(run_client_within(url, r, start_at + d, client_limit_s)
+                                       for r, d in zip(results, late)))
             sampler.cancel()
 
         asyncio.run(everyone())
@@ -250,7 +278,11 @@ def serve_and_stream(args: argparse.Namespace, results: list[Result], batched: b
         own = server_cpu_seconds(server.pid, own=True) - own0
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
     return {"cpu": cpu, "own": own, "wall": wall, "rss": rss[0], "idle_rss": idle_rss, "clients": clients}
 
 
