@@ -26,14 +26,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [p for p in (str(REPO), str(REPO / "benchmarks")) if p not in sys.path]
 
-from susurrus.model.whisper import ModelDims  # noqa: E402
+from susurrus.model.shapes import SHAPES as OPENAI_SHAPES  # noqa: E402
 
-SHAPES = {  # checkpoint shapes: (mels, audio ctx, width, heads, layers, vocab, text ctx, width, heads, layers)
-    "tiny.en": ModelDims(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4),
-    "base": ModelDims(80, 1500, 512, 8, 6, 51865, 448, 512, 8, 6),
-    "large-v3-turbo": ModelDims(128, 1500, 1280, 20, 32, 51866, 448, 1280, 20, 4),
-    "large-v3": ModelDims(128, 1500, 1280, 20, 32, 51866, 448, 1280, 20, 32),
-}
+SHAPES = {name: OPENAI_SHAPES[name] for name in ("tiny.en", "base", "large-v3-turbo", "large-v3")}  # the checked
 Emit = Callable[..., None]  # emit(key, value, many=False)
 
 
@@ -131,10 +126,12 @@ def random_model(shape: str, device: str, compute_type: str, data: Path):
     if known:
         net.set_alignment_heads(known[1])
     net.alignment_heads = net.alignment_heads.cpu()
-    if compute_type in HALF:
-        net.to(HALF[compute_type])
     net.eval().requires_grad_(False)
     net.decoder.freeze()
+    if compute_type in HALF:  # as load_model: the logits stay a float32 product
+        output_t = net.decoder.output_t
+        net.to(HALF[compute_type])
+        net.decoder.keep_float_output(output_t)
     tok = (data / "tiny.en" / "tokenizer.json" if dims.n_vocab == 51864
            else data / "tokenizers" / f"{dims.n_vocab}.json")
     loaded = LoadedModel(net, tok.read_text(), known[1] if known else None, f"random {shape}",
