@@ -26,8 +26,9 @@ from tqdm import tqdm  # noqa: E402
 import susurrus  # noqa: E402
 from susurrus.api import COMPUTE_TYPES  # noqa: E402
 from susurrus.audio.io import decode_audio  # noqa: E402
-from susurrus.evaluation.bench import BenchResult, offline_reference, score_item, stream_item  # noqa: E402
+from susurrus.evaluation.bench import BenchResult, score_item, stream_item  # noqa: E402
 from susurrus.evaluation.data import SHARED_DATA, read_manifest  # noqa: E402
+from susurrus.evaluation.reference import offline_reference  # noqa: E402
 from susurrus.streaming.session import silence_cross_kv, stream_config  # noqa: E402
 from susurrus.streaming.vad import load_vad  # noqa: E402
 

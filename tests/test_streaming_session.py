@@ -258,7 +258,7 @@ def test_bench_reports_how_far_offline_moves_from_itself(tiny, bench_items, benc
     """``susurrus bench --offline-spread``: every item also transcribed offline 10 ms later (one
     mel frame of digital silence before it), scored, counted beside the stream, and cached (in
     the cache the phase run filled with the items' own offline transcriptions)."""
-    from susurrus.evaluation import bench, spread
+    from susurrus.evaluation import bench, reference, spread
     from susurrus.evaluation.metrics import error_counts
     from susurrus.streaming.session import stream_config
 
@@ -267,7 +267,7 @@ def test_bench_reports_how_far_offline_moves_from_itself(tiny, bench_items, benc
     results = bench.run(tiny, items, [stream_config("medium")], progress=False, offline_cache=bench_cache,
                         offline_spread=True)
     for item, res in zip(items, results[0].items):
-        later = bench.offline_reference(tiny, spread.shifted(decode_audio(item.audio)), "en")[0]
+        later = reference.offline_reference(tiny, spread.shifted(decode_audio(item.audio)), "en")[0]
         assert res.shifted_errors == error_counts(item.text, later)[0]
     kept = json.loads(Path(bench_cache).read_text())
     assert sum(key.endswith(f"|lead{spread.SHIFT_SAMPLES}") for key in kept) == 2

@@ -67,7 +67,6 @@ import torch
 import susurrus
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation import health
-from susurrus.evaluation.bench import offline_reference, word_latencies
 from susurrus.evaluation.data import SHARED_DATA, read_manifest
 from susurrus.evaluation.diagnosis import (
     ErrorProfile,
@@ -77,6 +76,8 @@ from susurrus.evaluation.diagnosis import (
     session_class,
 )
 from susurrus.evaluation.metrics import error_counts
+from susurrus.evaluation.reference import offline_reference
+from susurrus.evaluation.viewer import word_latencies
 from susurrus.streaming.session import silence_cross_kv
 from susurrus.streaming.vad import load_vad
 from susurrus.types import Word

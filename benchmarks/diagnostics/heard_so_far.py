@@ -24,9 +24,10 @@ from tqdm import tqdm
 import susurrus
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation.alignment import align_words, normalized_words
-from susurrus.evaluation.bench import cached_offline, load_offline_cache, stream_item
+from susurrus.evaluation.bench import stream_item
 from susurrus.evaluation.data import read_items
 from susurrus.evaluation.metrics import error_counts, normalize
+from susurrus.evaluation.reference import cached_offline, load_offline_cache
 from susurrus.streaming.config import stream_config
 from susurrus.streaming.session import silence_cross_kv
 from susurrus.streaming.vad import load_vad

@@ -25,9 +25,9 @@ from tqdm import tqdm
 
 import susurrus
 from susurrus.audio.io import decode_audio
-from susurrus.evaluation.bench import cached_offline, load_offline_cache
 from susurrus.evaluation.data import read_items
 from susurrus.evaluation.metrics import error_counts
+from susurrus.evaluation.reference import cached_offline, load_offline_cache
 
 
 def main() -> None:

@@ -29,9 +29,10 @@ from tqdm import tqdm
 import susurrus
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation.alignment import normalized_words
-from susurrus.evaluation.bench import cached_offline, load_offline_cache, offline_reference, stream_item
+from susurrus.evaluation.bench import stream_item
 from susurrus.evaluation.data import read_items
 from susurrus.evaluation.edges import OPENING_WORDS, opening_errors
+from susurrus.evaluation.reference import cached_offline, load_offline_cache, offline_reference
 from susurrus.streaming.config import stream_config
 from susurrus.streaming.session import silence_cross_kv
 from susurrus.streaming.vad import load_vad

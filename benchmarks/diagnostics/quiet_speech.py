@@ -22,9 +22,9 @@ from tqdm import tqdm
 
 import susurrus
 from susurrus.audio.io import decode_audio
-from susurrus.evaluation.bench import offline_reference
 from susurrus.evaluation.data import SHARED_DATA, read_manifest
 from susurrus.evaluation.metrics import error_counts
+from susurrus.evaluation.reference import offline_reference
 from susurrus.evaluation.signals import at_peak
 
 

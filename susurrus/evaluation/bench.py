@@ -9,7 +9,9 @@ Reported, per setting, per condition and for the worst items:
   the offline WER on the same items; and the *agreement*: WER of the stream against the offline
   text, which needs no reference, so unlabelled audio can be checked too;
 * per-word latency: ``emitted_at`` minus the word's end time, the end taken from the offline
-  word timestamps and matched to committed words by alignment;
+  word timestamps and matched to committed words by alignment; and the same for the moment the
+  word was first on screen in its final form, committed or in the interim guess, with the guess's
+  churn (:mod:`~susurrus.evaluation.viewer`);
 * health: the longest back-to-back repetition of a committed phrase (a loop), the longest delay
   between the end of a word the offline model heard and the stream's first commit reaching it (a
   stall), and offline words inside audio the voice activity gate never encoded that the stream's
@@ -35,9 +37,10 @@ from tqdm import tqdm
 from susurrus.audio.features import N_FRAMES, log_mel_spectrogram, pad_or_trim
 from susurrus.audio.io import decode_audio
 from susurrus.evaluation import edges, health, spread
-from susurrus.evaluation.alignment import align_words, normalized_words
 from susurrus.evaluation.data import Item
 from susurrus.evaluation.metrics import error_counts
+from susurrus.evaluation.reference import cached_offline, load_offline_cache
+from susurrus.evaluation.viewer import Display, word_latencies
 from susurrus.streaming.config import lookahead_for, lookahead_label
 from susurrus.streaming.session import StreamConfig, StreamSession, silence_cross_kv
 from susurrus.streaming.vad import load_vad
@@ -69,6 +72,9 @@ class ItemResult:
     agreement_errors: int = 0  # stream against offline
     offline_units: int = 0
     latencies: list[float] = field(default_factory=list)
+    shown_latencies: list[float] = field(default_factory=list)  # first on screen in final form
+    churn: int = 0  # words on screen replaced or taken back
+    words: int = 0  # committed words
     repetition: int = 0  # most times a committed phrase repeats back to back
     offline_repetition: int = 0  # ... in offline's text (a speaker's own repeats are there too)
     max_delay_s: float = 0.0  # longest wait from an offline word's end to a commit reaching it
@@ -142,6 +148,14 @@ class BenchResult:
                 f"| {self.latency(90):.2f} | {self.cost:.3f} | {self.reencode_cost:.2f} "
                 f"| {1000 * statistics.median(self.step_times or [0.0]):.0f} | {self.peak_rss_mb:.0f} |")
 
+    def viewer_row(self) -> str:
+        """Committed latency beside the first moment each word was on screen in its final form."""
+        shown, words = [x for i in self.items for x in i.shown_latencies], sum(i.words for i in self.items)
+        stats = [f"{np.mean(x):.2f} / {np.percentile(x, 50):.2f} / {np.percentile(x, 90):.2f}" if x else "-"
+                 for x in (self.latencies, shown)]
+        return (f"| {setting(self.config)} | {stats[0]} | {stats[1]} "
+                f"| {100 * sum(i.churn for i in self.items) / max(1, words):.1f} |")
+
     def health_row(self) -> str:
         worst = max(self.items, key=lambda i: i.wer() - i.offline_wer(), default=None)
         delta = f"{worst.wer() - worst.offline_wer():+.1f} ({worst.id})" if worst and worst.reference else "-"
@@ -211,6 +225,8 @@ def setting(c: StreamConfig) -> str:
 HEADER = ("| chunk ms | look-ahead ms | margin ms | policy | WER % | offline WER % | stream vs offline % "
           "| latency mean s | p50 s | p90 s | core-s / audio-s | re-encode core-s / audio-s | median step ms "
           "| peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+VIEWER_HEADER = ("| setting | committed latency mean / p50 / p90 s | shown in final form mean / p50 / p90 s "
+                 "| churn per 100 words |\n|---|---|---|---|")
 HEALTH_HEADER = ("| setting | worst item, WER points over offline | offline words lost to the gate (in skipped audio) "
                  "| longest repetition, stream (offline's; repeats kept; loops) "
                  "| longest commit delay s | its bar s (3 s + chunk + margin) |"
@@ -221,20 +237,21 @@ WORST_HEADER = "| item | condition | stream WER % | offline WER % | stream | off
 
 
 def stream_item(net, tokenizer, audio: np.ndarray, config: StreamConfig,
-                silence=None, vad=None) -> tuple[StreamSession, float]:
+                silence=None, vad=None, display: Display | None = None) -> tuple[StreamSession, float]:
     """Stream ``audio`` in chunk-sized pieces; returns the session and its CPU seconds (the
-    voice activity detector included)."""
+    voice activity detector included). ``display`` follows what a viewer sees."""
     session = StreamSession(net, tokenizer, config, silence, vad)
     block = config.chunk_ms * 16
+    display = display or Display()
     c0 = time.process_time()
     for i in range(0, len(audio), block):
-        session.feed(audio[i:i + block])
-    session.finish()
+        display.watch(session.feed(audio[i:i + block]), session.audio_time)
+    display.watch(session.finish(), session.audio_time)
     return session, time.process_time() - c0
 
 
 def stream_together(model, audios: list[np.ndarray], configs: list[StreamConfig], silence=None,
-                    vad=None) -> list[tuple[StreamSession, float]]:
+                    vad=None, displays: list[Display] | None = None) -> list[tuple[StreamSession, float]]:
     """Stream ``audios`` at once, stepped together (:class:`~susurrus.streaming.batch.StreamBatch`),
     each in chunk-sized pieces; the sessions and each one's share of the CPU seconds (by audio
     length)."""
@@ -243,36 +260,18 @@ def stream_together(model, audios: list[np.ndarray], configs: list[StreamConfig]
     batch = StreamBatch(model)
     sessions = [StreamSession(model.net, model.tokenizer, cfg, silence, vad) for cfg in configs]
     block = configs[0].chunk_ms * 16
+    shown = dict(zip(sessions, displays or [Display() for _ in sessions]))
+
+    def watch(events: dict) -> None:
+        for s, evs in events.items():
+            shown[s].watch(evs, s.audio_time)
     c0 = time.process_time()
     for i in range(0, max(len(a) for a in audios), block):
-        batch.feed({s: a[i:i + block] for s, a in zip(sessions, audios) if i < len(a)})
-    batch.finish(sessions)
+        watch(batch.feed({s: a[i:i + block] for s, a in zip(sessions, audios) if i < len(a)}))
+    watch(batch.finish(sessions))
     cpu = time.process_time() - c0
     total = sum(len(a) for a in audios)
     return [(s, cpu * len(a) / total) for s, a in zip(sessions, audios)]
-
-
-def word_latencies(stream_words, offline_words: list[Word]) -> list[float]:
-    """emitted_at minus the offline end time of the same word, for words both agree on."""
-    hyp_tokens, hyp_owner = normalized_words(stream_words)
-    ref_tokens, ref_owner = normalized_words(offline_words)
-    out = []
-    last = -1
-    for r, h in align_words(ref_tokens, hyp_tokens):
-        if hyp_owner[h] == last:
-            continue  # one latency per stream word
-        last = hyp_owner[h]
-        out.append(stream_words[hyp_owner[h]].emitted_at - offline_words[ref_owner[r]].end)
-    return out
-
-
-def offline_reference(model, audio: np.ndarray, language: str | None) -> tuple[str, list[Word]]:
-    """The same model's default offline transcription (greedy, with the temperature fallback,
-    previous-text conditioning and the voice activity gate, as ``susurrus transcribe --beam-size 1``),
-    and its words."""
-    segments, _ = model.transcribe(audio, beam_size=1, word_timestamps=True, language=language)
-    segments = list(segments)
-    return " ".join(s.text.strip() for s in segments), [w for s in segments for w in s.words or []]
 
 
 def _full_encode_s(net, audio: np.ndarray) -> float:
@@ -334,14 +333,16 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
                    disable=not progress, file=sys.stderr)
         for group in groups:
             cfgs = [config if language(item) is None else _with_language(config, language(item)) for item in group]
+            displays = [Display() for _ in group]
             if len(group) == 1:
-                done = [stream_item(net, tokenizer, audio[group[0].id], cfgs[0], silence, vad)]
+                done = [stream_item(net, tokenizer, audio[group[0].id], cfgs[0], silence, vad, displays[0])]
             else:
-                done = stream_together(model, [audio[item.id] for item in group], cfgs, silence, vad)
-            for item, (session, cpu) in zip(group, done):
+                done = stream_together(model, [audio[item.id] for item in group], cfgs, silence, vad, displays)
+            for item, (session, cpu), display in zip(group, done, displays):
                 if len(group) == 1:
                     res.step_times.extend(s.compute_s for s in session.stats)
-                res.items.append(score_item(item, session, offline[item.id], len(audio[item.id]) / 16000, cpu))
+                res.items.append(score_item(item, session, offline[item.id], len(audio[item.id]) / 16000, cpu,
+                                            display))
                 if item.id in later:
                     res.items[-1].shifted_text = later[item.id]
                     if item.text:
@@ -354,43 +355,6 @@ def run(model, items: list[Item], configs: list[StreamConfig], progress: bool = 
     return results
 
 
-def offline_key(model, item_id: str, n_samples: int, language: str | None) -> str:
-    """An offline transcription's key in the cache (``--offline-cache``): model, item, audio
-    length and the language given (None: English-only, or detected); a compute type other than
-    float32 is part of the model's name (its products round differently), and so is a device
-    other than the CPU."""
-    compute = getattr(model, "compute_type", "float32")
-    name = model.name if compute == "float32" else f"{model.name}@{compute}"
-    device = str(getattr(model, "device", "cpu"))
-    name = name if device == "cpu" else f"{name}@{device}"
-    return f"{name}|{item_id}|{n_samples}|{language}|vad"  # offline gated by voice activity, as transcribe runs
-
-
-def cached_offline(model, cache: dict, item_id: str, audio: np.ndarray, language: str | None, lead: int = 0,
-                   ) -> tuple[str, list[Word]]:
-    """The item's offline reference (:func:`offline_reference`) from ``cache`` (see
-    :func:`load_offline_cache`), transcribed and added to it when missing; ``lead``: of the audio
-    with that many samples of digital silence before it (:func:`spread.shifted`)."""
-    key = offline_key(model, item_id, len(audio), language)
-    if lead:
-        key, audio = spread.shifted_key(key, lead), spread.shifted(audio, lead)
-    if key not in cache:
-        text, words = offline_reference(model, audio, language)
-        cache[key] = [text, [asdict(w) for w in words]]
-    text, words = cache[key]
-    return text, [Word(**w) for w in words]
-
-
-def load_offline_cache(path: str | None) -> dict:
-    """The offline transcriptions kept between runs (``{key: [text, [word dicts]]}``), or an
-    empty cache when ``path`` is None, missing or unreadable."""
-    try:
-        with open(path) as f:  # type: ignore[arg-type]
-            return json.load(f)
-    except (TypeError, FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
 def _with_language(config: StreamConfig, language: str) -> StreamConfig:
     from dataclasses import replace
 
@@ -398,7 +362,7 @@ def _with_language(config: StreamConfig, language: str) -> StreamConfig:
 
 
 def score_item(item: Item, session: StreamSession, offline: tuple[str, list[Word]], audio_s: float,
-               cpu_s: float) -> ItemResult:
+               cpu_s: float, display: Display | None = None) -> ItemResult:
     offline_text, offline_words = offline
     unit = unit_for(item.language)
     res = ItemResult(item.id, item.language, item.conditions, audio_s, item.text or None, session.text, offline_text,
@@ -408,6 +372,9 @@ def score_item(item: Item, session: StreamSession, offline: tuple[str, list[Word
         res.offline_errors, _ = error_counts(item.text, offline_text, item.language, unit)
     res.agreement_errors, res.offline_units = error_counts(offline_text, session.text, item.language, unit)
     res.latencies = word_latencies(session.words, offline_words)
+    if display is not None and unit == "word":  # (a guess in zh or ja has no word boundaries)
+        res.shown_latencies = word_latencies(session.words, offline_words, display.first_shown(session.words))
+        res.churn, res.words = display.churn, len(session.words)
     res.repetition = health.longest_repetition([w.word for w in session.words])
     res.offline_repetition = health.longest_repetition(offline_text.split())
     delays = health.commit_delays(session.words, offline_words, audio_s, language=item.language, unit=unit)
@@ -450,6 +417,9 @@ def report(results: list[BenchResult], worst: int = 10) -> str:
     """The tables: settings, health, step phases (if several), per condition and worst items
     (per setting)."""
     lines = [HEADER, *(r.row() for r in results), "", HEALTH_HEADER, *(r.health_row() for r in results)]
+    lines += ["", "What a viewer sees: a word first on screen in its final form (committed, or at its place in "
+                  "the interim guess), in s after its end; churn: words on screen replaced or taken back, per 100 "
+                  "committed words:", "", VIEWER_HEADER, *(r.viewer_row() for r in results)]
     phases = phase_rows(results)
     if phases:
         lines += ["", "Step phases (the same setting, its steps falling elsewhere in the audio):", "", PHASE_HEADER,
