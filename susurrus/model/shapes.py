@@ -31,8 +31,7 @@ SHAPES: dict[str, ModelDims] = {
 def random_state(dims: ModelDims, seed: int = 0) -> dict[str, torch.Tensor]:
     """A Whisper state dict of ``dims`` drawn from ``seed`` (PyTorch's default initialisation,
     the decoder's positions drawn too: they are a parameter, left empty by the constructor)."""
-    gen = torch.random.fork_rng()
-    with gen:
+    with torch.random.fork_rng():  # the caller's random state is left as it was
         torch.manual_seed(seed)
         net = Whisper(dims)
         torch.nn.init.normal_(net.decoder.positional_embedding, std=0.02)
